@@ -1,0 +1,52 @@
+# Spillway. `make run` starts a local cluster; `make test` runs every test.
+GO       ?= go
+BIN      := bin/spillway
+FUZZTIME ?= 60s
+# Debian packages the interop tests drive: a reference memcached and real clients.
+TEST_PKGS := memcached libmemcached-tools python3-pymemcache
+
+.PHONY: build run test test-deps bench fuzz vet clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/spillway
+
+# A three-node cluster on loopback: clients on 11211-11213, gossip on
+# 7946-7948, metrics on 9101-9103. Ctrl-C stops all three gracefully.
+run: build
+	@echo "spillway: 3 nodes on 127.0.0.1:11211,127.0.0.1:11212,127.0.0.1:11213 (Ctrl-C stops them)"
+	@./$(BIN) serve --listen 127.0.0.1:11211 --gossip 127.0.0.1:7946 --name node1 --metrics 127.0.0.1:9101 & \
+	./$(BIN) serve --listen 127.0.0.1:11212 --gossip 127.0.0.1:7947 --name node2 --metrics 127.0.0.1:9102 --join 127.0.0.1:7946 & \
+	./$(BIN) serve --listen 127.0.0.1:11213 --gossip 127.0.0.1:7948 --name node3 --metrics 127.0.0.1:9103 --join 127.0.0.1:7946 & \
+	wait
+
+vet:
+	$(GO) vet ./...
+
+# Installs the reference server and clients when missing (needs root and
+# apt-get; elsewhere the interop tests skip loudly unless SPILLWAY_CI is set).
+test-deps:
+	@missing=""; \
+	command -v memcached >/dev/null || missing="$$missing memcached"; \
+	command -v memccapable >/dev/null || missing="$$missing libmemcached-tools"; \
+	/usr/bin/python3 -c 'import pymemcache' 2>/dev/null || missing="$$missing python3-pymemcache"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_PKGS) >/dev/null; \
+		else \
+			echo "WARNING: missing$$missing; interop tests will skip (sudo apt-get install $(TEST_PKGS))"; \
+		fi; \
+	fi
+
+test: test-deps vet
+	$(GO) test -race -timeout 9m ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./protocol/ ./store/ ./ring/
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./protocol/
+	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./protocol/
+
+clean:
+	rm -rf bin

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"spillway/bench"
+)
+
+// benchFlags are the flags of "spillway bench".
+type benchFlags struct {
+	servers       string
+	entry         string
+	conns         int
+	pipeline      int
+	duration      time.Duration
+	requests      int
+	keys          int
+	zipf          float64
+	ratio         string
+	valueSize     string
+	prefill       bool
+	rate          float64
+	hotKeyAt      time.Duration
+	hotShare      float64
+	seed          int
+	timeout       time.Duration
+	jsonOut       string
+	htmlOut       string
+	local         int
+	localMemory   int64
+	epsilon       float64
+	load          string
+	spillOrder    string
+	copyTTL       time.Duration
+	originLatency time.Duration
+	simulate      bool
+	simCache      int
+	compare       bool
+}
+
+func (f *benchFlags) options() []option {
+	return []option{
+		{"", "servers", &stringValue{&f.servers}, "comma-separated HOST:PORT targets (any memcached-protocol server)"},
+		{"", "entry", &stringValue{&f.entry}, "spread: each request to any server (round robin); hashed: the client picks the server by key"},
+		{"", "conns", &intValue{&f.conns}, "concurrent connections (workers)"},
+		{"", "pipeline", &intValue{&f.pipeline}, "requests in flight per connection"},
+		{"", "duration", &durationValue{&f.duration}, "length of the measured run"},
+		{"", "requests", &intValue{&f.requests}, "stop after this many requests (0: run for --duration)"},
+		{"", "keys", &intValue{&f.keys}, "number of distinct keys"},
+		{"", "zipf", &floatValue{&f.zipf}, "popularity skew s: key k is drawn with probability ~ 1/k^s (0: uniform)"},
+		{"", "ratio", &stringValue{&f.ratio}, "get:set mix"},
+		{"", "value-size", &stringValue{&f.valueSize}, "value size in bytes, N or MIN-MAX"},
+		{"", "prefill", &boolValue{&f.prefill}, "set every key once before measuring"},
+		{"", "rate", &floatValue{&f.rate}, "open loop: total requests per second, latency measured from the schedule (0: closed loop)"},
+		{"", "hot-key-at", &durationValue{&f.hotKeyAt}, "flash sale: when one cold key turns hot"},
+		{"", "hot-share", &floatValue{&f.hotShare}, "flash sale: fraction of requests that go to the hot key"},
+		{"", "seed", &intValue{&f.seed}, "workload seed"},
+		{"", "timeout", &durationValue{&f.timeout}, "dial and reply timeout"},
+		{"", "json", &stringValue{&f.jsonOut}, "write the report as JSON to this file"},
+		{"", "html", &stringValue{&f.htmlOut}, "write a self-contained HTML report with charts to this file"},
+		{"", "local", &intValue{&f.local}, "start an embedded N-node Spillway cluster on loopback and load it"},
+		{"", "local-memory", &sizeValue{p: &f.localMemory, unit: 1 << 20}, "memory per embedded node, MiB"},
+		{"", "epsilon", &floatValue{&f.epsilon}, "embedded cluster: bounded-load epsilon (inf: plain consistent hashing)"},
+		{"", "load", &stringValue{&f.load}, "embedded cluster: load measure, rate or inflight"},
+		{"", "spill-order", &stringValue{&f.spillOrder}, "embedded cluster: ring or probe"},
+		{"", "copy-ttl", &durationValue{&f.copyTTL}, "embedded cluster: copy TTL"},
+		{"", "origin-latency", &durationValue{&f.originLatency}, "embedded cluster: add an origin that answers every key after this delay and counts its calls"},
+		{"", "simulate", &boolValue{&f.simulate}, "no network: place the workload's requests with the ring alone (per VARIANT) and report per-node load and hit rate"},
+		{"", "sim-cache", &intValue{&f.simCache}, "with --simulate: each node's cache size in items, LRU (0: unbounded)"},
+		{"", "compare", &boolValue{&f.compare}, "run once per VARIANT argument (e.g. epsilon=0.25 epsilon=inf) on fresh clusters and print them side by side"},
+	}
+}
+
+func defaultBenchFlags() benchFlags {
+	return benchFlags{
+		entry:       string(bench.EntrySpread),
+		conns:       bench.DefaultConns,
+		pipeline:    1,
+		duration:    bench.DefaultDuration,
+		keys:        bench.DefaultKeys,
+		ratio:       "9:1",
+		valueSize:   strconv.Itoa(bench.DefaultValue),
+		seed:        1,
+		timeout:     bench.DefaultTimeout,
+		localMemory: 64 << 20,
+		epsilon:     0.25,
+		load:        "rate",
+		spillOrder:  "ring",
+		copyTTL:     5 * time.Second,
+	}
+}
+
+const benchSynopsis = `Usage: spillway bench [flags] [VARIANT ...]
+
+Loads memcached-protocol servers (--servers) or an embedded Spillway cluster
+(--local N) with a seeded, skewed workload; checks every value read back.
+With --compare, each VARIANT (key=value[,key=value], keys: epsilon, load,
+spill-order, nodes, entry) runs on a fresh embedded cluster.`
+
+func benchCmd(args []string, stdout, stderr io.Writer) error {
+	f := defaultBenchFlags()
+	// Variants follow the flags; the flag package stops at the first one.
+	fs, variants := splitVariants(args)
+	if err := parseOptions("bench", benchSynopsis, f.options(), fs, stderr); err != nil {
+		return err
+	}
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	switch {
+	case f.simulate:
+		return simulate(stdout, f, cfg, variants)
+	case f.compare:
+		if len(variants) == 0 {
+			return errors.New("--compare needs VARIANT arguments, e.g. epsilon=0.25 epsilon=inf")
+		}
+		if f.local == 0 {
+			f.local = 3
+		}
+		var names []string
+		var reports []*bench.Report
+		for _, v := range variants {
+			vf, vcfg, err := f.variant(v, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "running %s on %d local nodes...\n", v, vf.local)
+			rep, err := runLocal(ctx, vf, vcfg, stderr)
+			if rep == nil {
+				return err
+			}
+			names = append(names, v)
+			reports = append(reports, rep)
+			if err != nil {
+				return err
+			}
+		}
+		return bench.CompareText(stdout, names, reports)
+	case len(variants) > 0:
+		return fmt.Errorf("unexpected argument %q (variants need --compare or --simulate)", variants[0])
+	}
+
+	var rep *bench.Report
+	if f.local > 0 {
+		rep, err = runLocal(ctx, f, cfg, stderr)
+	} else {
+		if f.servers == "" {
+			return errors.New("give --servers HOST:PORT,... or --local N")
+		}
+		rep, err = bench.Run(ctx, cfg)
+	}
+	if rep != nil {
+		if werr := writeReport(stdout, f, rep); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return err
+}
+
+// splitVariants separates the flags from the VARIANT arguments (words
+// containing '=' that do not start with '-').
+func splitVariants(args []string) (flags, variants []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") && strings.Contains(a, "=") {
+			variants = append(variants, a)
+			continue
+		}
+		flags = append(flags, a)
+	}
+	return flags, variants
+}
+
+func (f *benchFlags) config() (bench.Config, error) {
+	ratio, err := bench.ParseRatio(f.ratio)
+	if err != nil {
+		return bench.Config{}, err
+	}
+	size, err := bench.ParseSize(f.valueSize)
+	if err != nil {
+		return bench.Config{}, err
+	}
+	cfg := bench.Config{
+		Entry:     bench.Entry(f.entry),
+		Conns:     f.conns,
+		Pipeline:  f.pipeline,
+		Duration:  f.duration,
+		Requests:  int64(f.requests),
+		Keys:      f.keys,
+		Zipf:      f.zipf,
+		Ratio:     ratio,
+		ValueSize: size,
+		Prefill:   f.prefill,
+		Rate:      f.rate,
+		HotKeyAt:  f.hotKeyAt,
+		HotShare:  f.hotShare,
+		Seed:      int64(f.seed),
+		Timeout:   f.timeout,
+		Progress:  bench.TerminalProgress(os.Stderr),
+	}
+	if f.requests > 0 {
+		cfg.Duration = 0
+	}
+	for _, s := range strings.Split(f.servers, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Servers = append(cfg.Servers, s)
+		}
+	}
+	return cfg, nil
+}
+
+// variant applies "key=value,key=value" to a copy of the flags.
+func (f *benchFlags) variant(spec string, cfg bench.Config) (benchFlags, bench.Config, error) {
+	v := *f
+	for _, kv := range strings.Split(spec, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return v, cfg, fmt.Errorf("variant %q: want key=value", spec)
+		}
+		var err error
+		switch k {
+		case "epsilon", "eps":
+			v.epsilon, err = strconv.ParseFloat(val, 64)
+		case "load":
+			v.load = val
+		case "spill-order", "order":
+			v.spillOrder = val
+		case "nodes":
+			v.local, err = strconv.Atoi(val)
+		case "entry":
+			cfg.Entry = bench.Entry(val)
+		default:
+			return v, cfg, fmt.Errorf("variant %q: unknown key %q (epsilon, load, spill-order, nodes, entry)", spec, k)
+		}
+		if err != nil {
+			return v, cfg, fmt.Errorf("variant %q: %v", spec, err)
+		}
+	}
+	if math.IsNaN(v.epsilon) || v.epsilon < 0 {
+		return v, cfg, fmt.Errorf("variant %q: epsilon must be positive or inf", spec)
+	}
+	return v, cfg, nil
+}
+
+func writeReport(stdout io.Writer, f benchFlags, rep *bench.Report) error {
+	if err := rep.WriteText(stdout); err != nil {
+		return err
+	}
+	write := func(path string, fn func(io.Writer) error) error {
+		if path == "" {
+			return nil
+		}
+		out, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := fn(out); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	}
+	if err := write(f.jsonOut, rep.WriteJSON); err != nil {
+		return err
+	}
+	return write(f.htmlOut, rep.WriteHTML)
+}
+
+// simulate runs the workload through the ring alone, once per variant
+// (default: the flags' own settings), and prints the results side by side.
+func simulate(stdout io.Writer, f benchFlags, cfg bench.Config, variants []string) error {
+	if len(variants) == 0 {
+		variants = []string{"epsilon=" + strconv.FormatFloat(f.epsilon, 'g', -1, 64)}
+	}
+	var reps []*bench.SimReport
+	for _, v := range variants {
+		vf, _, err := f.variant(v, cfg)
+		if err != nil {
+			return err
+		}
+		pick, err := pickerConfig(vf.epsilon, vf.load, vf.spillOrder)
+		if err != nil {
+			return err
+		}
+		nodes := vf.local
+		if nodes == 0 {
+			nodes = 10
+		}
+		rep, err := bench.Simulate(bench.SimConfig{
+			Nodes:      nodes,
+			Requests:   f.requests,
+			Keys:       f.keys,
+			Zipf:       f.zipf,
+			Rate:       f.rate,
+			CacheItems: f.simCache,
+			Picker:     pick,
+			Seed:       int64(f.seed),
+		})
+		if err != nil {
+			return err
+		}
+		reps = append(reps, rep)
+	}
+	return bench.SimCompareText(stdout, variants, reps)
+}

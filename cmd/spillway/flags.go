@@ -1,0 +1,242 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// option is one command-line flag with its short form, long form and
+// environment variable, so that `-m 64`, `--memory-limit 64` and
+// SPILLWAY_MEMORY_LIMIT=64 all mean the same.
+type option struct {
+	short, long string
+	value       flag.Value
+	usage       string
+}
+
+// env is the option's environment variable name.
+func (o option) env() string {
+	return "SPILLWAY_" + strings.ToUpper(strings.ReplaceAll(o.long, "-", "_"))
+}
+
+// parseOptions reads the environment first and the command line second,
+// so that a flag overrides its variable.
+func parseOptions(name, synopsis string, opts []option, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	for _, o := range opts {
+		if v, ok := os.LookupEnv(o.env()); ok {
+			if err := o.value.Set(v); err != nil {
+				return fmt.Errorf("%s=%q: %v", o.env(), v, err)
+			}
+		}
+		fs.Var(o.value, o.long, o.usage)
+		if o.short != "" {
+			fs.Var(o.value, o.short, o.usage)
+		}
+	}
+	fs.Usage = func() { printUsage(stderr, synopsis, opts) }
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			fs.Usage()
+			return err
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+func printUsage(w io.Writer, synopsis string, opts []option) {
+	fmt.Fprintf(w, "%s\n\nFlags (each also from the environment variable shown):\n", synopsis)
+	for _, o := range opts {
+		names := "--" + o.long
+		if o.short != "" {
+			names = "-" + o.short + ", " + names
+		}
+		if _, isBool := o.value.(*boolValue); !isBool {
+			names += " " + valueName(o.value)
+		}
+		def := o.value.String()
+		fmt.Fprintf(w, "  %s\n      %s", names, o.usage)
+		if def != "" && def != "0" && def != "false" {
+			fmt.Fprintf(w, " (default %s)", def)
+		}
+		fmt.Fprintf(w, " [$%s]\n", o.env())
+	}
+}
+
+func valueName(v flag.Value) string {
+	switch v.(type) {
+	case *durationValue:
+		return "DURATION"
+	case *intValue, *countValue:
+		return "N"
+	case *sizeValue:
+		return "SIZE"
+	case *floatValue:
+		return "X"
+	}
+	return "VALUE"
+}
+
+type stringValue struct{ p *string }
+
+func (v *stringValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return *v.p
+}
+func (v *stringValue) Set(s string) error { *v.p = s; return nil }
+
+type intValue struct{ p *int }
+
+func (v *intValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want a non-negative whole number")
+	}
+	*v.p = n
+	return nil
+}
+
+type floatValue struct{ p *float64 }
+
+func (v *floatValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*v.p, 'g', -1, 64)
+}
+func (v *floatValue) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 {
+		return fmt.Errorf("want a non-negative number or inf")
+	}
+	*v.p = f
+	return nil
+}
+
+type durationValue struct{ p *time.Duration }
+
+func (v *durationValue) String() string {
+	if v.p == nil || *v.p == 0 {
+		return "0"
+	}
+	return v.p.String()
+}
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want a duration such as 30s or 5m")
+	}
+	*v.p = d
+	return nil
+}
+
+type boolValue struct{ p *bool }
+
+func (v *boolValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.FormatBool(*v.p)
+}
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*v.p = b
+	return nil
+}
+func (v *boolValue) IsBoolFlag() bool { return true }
+
+// countValue is memcached's -v: each repetition raises the level, and
+// -vv / -vvv count too.
+type countValue struct{ p *int }
+
+func (v *countValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	return strconv.Itoa(*v.p)
+}
+func (v *countValue) Set(s string) error {
+	if n, err := strconv.Atoi(s); err == nil {
+		*v.p = n
+		return nil
+	}
+	if b, err := strconv.ParseBool(s); err == nil {
+		if b {
+			*v.p++
+		}
+		return nil
+	}
+	return fmt.Errorf("want a level")
+}
+func (v *countValue) IsBoolFlag() bool { return true }
+
+// sizeValue is a byte count with an optional k, m or g suffix, like
+// memcached's -I 2m. unit scales a bare number (-m counts MiB).
+type sizeValue struct {
+	p    *int64
+	unit int64
+}
+
+func (v *sizeValue) String() string {
+	if v.p == nil {
+		return ""
+	}
+	n := *v.p
+	switch {
+	case n != 0 && v.unit > 1 && n%v.unit == 0:
+		return strconv.FormatInt(n/v.unit, 10)
+	case n != 0 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + "m"
+	case n != 0 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + "k"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (v *sizeValue) Set(s string) error {
+	n, err := parseSize(s, v.unit)
+	if err != nil {
+		return err
+	}
+	*v.p = n
+	return nil
+}
+
+func parseSize(s string, unit int64) (int64, error) {
+	mult := unit
+	t := strings.ToLower(strings.TrimSpace(s))
+	switch {
+	case strings.HasSuffix(t, "k"):
+		mult, t = 1<<10, strings.TrimSuffix(t, "k")
+	case strings.HasSuffix(t, "m"):
+		mult, t = 1<<20, strings.TrimSuffix(t, "m")
+	case strings.HasSuffix(t, "g"):
+		mult, t = 1<<30, strings.TrimSuffix(t, "g")
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<50)/mult {
+		return 0, fmt.Errorf("want a size such as 1024, 512k, 64m or 1g")
+	}
+	return n * mult, nil
+}

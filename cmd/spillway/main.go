@@ -1,0 +1,61 @@
+// Command spillway runs a Spillway cache node (serve) or load-tests a
+// memcached-protocol cluster (bench).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"spillway/server"
+)
+
+const usage = `spillway: a memcached-compatible distributed cache with bounded-load consistent hashing
+
+Usage:
+  spillway serve [flags]   run a node (spillway serve --help for its flags)
+  spillway bench [flags]   load-test servers or a local cluster (spillway bench --help)
+  spillway version         print the version
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is main without the exit, so tests can call it.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(args[1:], stderr)
+	case "bench":
+		err = benchCmd(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintf(stdout, "spillway %s (memcached %s protocol)\n", spillwayVersion, server.Version)
+		return 0
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "spillway: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	default:
+		fmt.Fprintf(stderr, "spillway %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// spillwayVersion is this build's own version.
+const spillwayVersion = "0.1.0"

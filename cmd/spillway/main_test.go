@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+)
+
+func TestHelpListsEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	f := defaultServeFlags()
+	if code := run([]string{"serve", "--help"}, &out, &out); code != 0 {
+		t.Fatalf("serve --help exit %d", code)
+	}
+	for _, o := range f.options() {
+		if !strings.Contains(out.String(), "--"+o.long) || !strings.Contains(out.String(), o.env()) {
+			t.Errorf("serve --help lacks --%s or $%s", o.long, o.env())
+		}
+	}
+	out.Reset()
+	b := defaultBenchFlags()
+	if code := run([]string{"bench", "--help"}, &out, &out); code != 0 {
+		t.Fatalf("bench --help exit %d", code)
+	}
+	for _, o := range b.options() {
+		if !strings.Contains(out.String(), "--"+o.long) {
+			t.Errorf("bench --help lacks --%s", o.long)
+		}
+	}
+}
+
+func TestFlagsAndEnvironment(t *testing.T) {
+	t.Setenv("SPILLWAY_MEMORY_LIMIT", "128")
+	t.Setenv("SPILLWAY_PORT", "22122")
+	f := defaultServeFlags()
+	err := parseOptions("serve", "", f.options(), []string{"-m", "32", "-I", "2m", "-c", "10", "-vv", "--idle-timeout", "1m"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name      string
+		got, want int64
+	}{
+		{"flag beats env", f.memoryBytes, 32 << 20},
+		{"env when no flag", int64(f.port), 22122},
+		{"size suffix", f.maxItemSize, 2 << 20},
+		{"conn limit", int64(f.connLimit), 10},
+		{"-vv", int64(f.verbose), 2},
+		{"duration", int64(f.idleTimeout), int64(time.Minute)},
+	}
+	for _, c := range cases {
+		if c.got != c.want {
+			t.Errorf("%s: got %d, want %d", c.name, c.got, c.want)
+		}
+	}
+	if got := f.addr(); got != "127.0.0.1:22122" {
+		t.Errorf("addr = %s", got)
+	}
+	for _, bad := range [][]string{{"-m", "lots"}, {"--port", "-1"}, {"--nope"}, {"extra"}} {
+		f := defaultServeFlags()
+		if err := parseOptions("serve", "", f.options(), bad, &bytes.Buffer{}); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// freePort finds a port that is free now (and very likely in a moment).
+func freePort(t *testing.T, network string) int {
+	t.Helper()
+	if network == "udp" {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.LocalAddr().(*net.UDPAddr).Port
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// roundRobin is the ServerSelector README recommends: every request to the
+// next node, so a hot key's reads spread over the cluster.
+type roundRobin struct {
+	addrs []net.Addr
+	next  atomic.Uint64
+}
+
+func (r *roundRobin) PickServer(string) (net.Addr, error) {
+	return r.addrs[r.next.Add(1)%uint64(len(r.addrs))], nil
+}
+
+func (r *roundRobin) Each(f func(net.Addr) error) error {
+	for _, a := range r.addrs {
+		if err := f(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestThreeProcesses runs three "spillway serve" processes joined by gossip
+// and drives them with gomemcache.
+func TestThreeProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts processes")
+	}
+	bin := filepath.Join(t.TempDir(), "spillway")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var addrs []string
+	var procs []*exec.Cmd
+	var logs []*bytes.Buffer
+	seed := ""
+	for i := range 3 {
+		client := freePort(t, "tcp")
+		gossip := freePort(t, "udp")
+		addr := "127.0.0.1:" + strconv.Itoa(client)
+		args := []string{"serve", "--listen", addr, "--gossip", "127.0.0.1:" + strconv.Itoa(gossip),
+			"--peer-listen", "127.0.0.1:0", "--name", fmt.Sprintf("p%d", i), "-m", "16"}
+		if seed != "" {
+			args = append(args, "--join", seed)
+		} else {
+			seed = "127.0.0.1:" + strconv.Itoa(gossip)
+		}
+		cmd := exec.Command(bin, args...)
+		var log bytes.Buffer
+		cmd.Stderr = &log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, cmd)
+		logs = append(logs, &log)
+		addrs = append(addrs, addr)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			for _, p := range procs {
+				p.Process.Kill()
+				p.Wait()
+			}
+		}
+	})
+	// Wait until every node reports three members.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, a := range addrs {
+		for clusterNodes(a) != 3 {
+			if time.Now().After(deadline) {
+				for i, l := range logs {
+					t.Logf("node %d log:\n%s", i, l)
+				}
+				t.Fatalf("%s never saw 3 nodes", a)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	rr := &roundRobin{}
+	for _, a := range addrs {
+		tcp, _ := net.ResolveTCPAddr("tcp", a)
+		rr.addrs = append(rr.addrs, tcp)
+	}
+	for _, mc := range []*memcache.Client{memcache.New(addrs...), memcache.NewFromSelector(rr)} {
+		mc.Timeout = 5 * time.Second
+		for i := range 200 {
+			k := fmt.Sprintf("proc-key-%d", i)
+			if err := mc.Set(&memcache.Item{Key: k, Value: []byte(k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for round := range 3 {
+			for i := range 200 {
+				k := fmt.Sprintf("proc-key-%d", i)
+				it, err := mc.Get(k)
+				if err != nil || string(it.Value) != k {
+					t.Fatalf("round %d get %s: %v %v", round, k, it, err)
+				}
+			}
+		}
+		mc.Close()
+	}
+
+	// SIGTERM: each node leaves the cluster and exits 0.
+	stopped = true
+	for i, p := range procs {
+		p.Process.Signal(syscall.SIGTERM)
+		if err := p.Wait(); err != nil {
+			t.Errorf("node %d exit: %v\n%s", i, err, logs[i])
+		}
+	}
+}
+
+// clusterNodes reads cluster_nodes from a node's stats (0 if unreachable).
+func clusterNodes(addr string) int {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(c, "stats\r\n")
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "END" {
+			break
+		}
+		if v, ok := strings.CutPrefix(line, "STAT cluster_nodes "); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(m.Run())
+}

@@ -1,0 +1,227 @@
+package peers
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultPeerTimeout  = 500 * time.Millisecond
+	DefaultMaxIdleConns = 64
+	DefaultBindAddr     = "0.0.0.0"
+)
+
+// Profile picks the memberlist timing preset a node starts from. All nodes
+// of a cluster should use the same one.
+type Profile uint8
+
+const (
+	// LAN is memberlist.DefaultLANConfig: probe every 1s, a dead node is
+	// removed after some seconds (more in larger clusters). The default.
+	LAN Profile = iota
+	// Local is memberlist.DefaultLocalConfig: shorter timeouts, for a
+	// cluster on one host (loopback) and for tests.
+	Local
+	// WAN is memberlist.DefaultWANConfig: for nodes far apart.
+	WAN
+)
+
+// Config configures Join. Its zero value runs a node alone on a random
+// gossip port.
+type Config struct {
+	// Name is this node's ID: unique in the cluster, and the identity the
+	// ring hashes, so keep it stable across restarts. If empty, it is
+	// "<hostname>:<BindPort>" (unique per host, since two nodes cannot bind
+	// one port), or "<hostname>-<random hex>" when BindPort is 0 or a
+	// Transport is given.
+	Name string
+
+	// BindAddr and BindPort are where gossip listens, UDP and TCP alike
+	// (--gossip HOST:PORT). If BindAddr is empty, DefaultBindAddr (all
+	// interfaces) is used. BindPort 0 picks a free port; GossipAddr tells
+	// which. Both are ignored when Transport is set.
+	BindAddr string
+	BindPort int
+
+	// AdvertiseAddr and AdvertisePort are the gossip address other nodes
+	// should use (--advertise), for NAT or a BindAddr of 0.0.0.0. If empty,
+	// memberlist derives them from the bound address (a private IP for
+	// 0.0.0.0).
+	AdvertiseAddr string
+	AdvertisePort int
+
+	// Join lists seed nodes ("host:port"; a host without a port means
+	// BindPort). Join succeeds if any of them answers. If empty, the node
+	// runs alone until others join it.
+	Join []string
+
+	// JoinRetry is how long Join keeps retrying the seeds while none
+	// answers, so that nodes started together find each other. If zero,
+	// the seeds are tried once.
+	JoinRetry time.Duration
+
+	// SecretKey, if set, encrypts and authenticates all gossip (AES-GCM).
+	// It must be 16, 24 or 32 bytes long and the same on every node; a
+	// node with another key (or none) cannot join.
+	SecretKey []byte
+
+	// Meta is what this node tells the others: its addresses and weight.
+	Meta Meta
+
+	// Logger receives this package's events (members joining, leaving)
+	// and memberlist's own log lines: its DEBUG and INFO lines at
+	// slog.LevelDebug, its WARN and ERR lines at slog.LevelWarn. If nil,
+	// slog.Default() is used.
+	Logger *slog.Logger
+
+	// Transport replaces memberlist's UDP+TCP transport, e.g. with an
+	// in-memory one in tests (memberlist.MockNetwork). If nil, a network
+	// transport is bound to BindAddr:BindPort.
+	Transport memberlist.Transport
+
+	// PeerTimeout is the read/write and dial timeout of the peer clients.
+	// If zero, DefaultPeerTimeout (gomemcache's own default) is used.
+	PeerTimeout time.Duration
+
+	// MaxIdleConns is the number of idle connections kept per peer. If
+	// zero, DefaultMaxIdleConns is used: gomemcache's default of 2 makes a
+	// busy node dial and close connections all the time.
+	MaxIdleConns int
+
+	// VNodes is the number of virtual nodes per unit of weight in the ring;
+	// zero means the ring's default. All nodes must agree on it.
+	VNodes int
+
+	// Profile picks memberlist's timing preset. The zero value is LAN.
+	Profile Profile
+
+	// Tune, if set, may adjust memberlist's timings (ProbeInterval,
+	// SuspicionMult, GossipInterval ...) after the Profile preset is
+	// applied. The fields this Config sets (names, addresses, keys,
+	// delegates, logger, transport) are set after Tune and win.
+	Tune func(*memberlist.Config)
+}
+
+// setDefaults validates c and fills in its zero fields.
+func (c *Config) setDefaults() error {
+	switch len(c.SecretKey) {
+	case 0, 16, 24, 32:
+	default:
+		return fmt.Errorf("peers: secret key is %d bytes; want 16, 24 or 32", len(c.SecretKey))
+	}
+	if c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
+		return fmt.Errorf("peers: bad port (bind %d, advertise %d)", c.BindPort, c.AdvertisePort)
+	}
+	if c.PeerTimeout < 0 || c.MaxIdleConns < 0 || c.VNodes < 0 || c.JoinRetry < 0 {
+		return errors.New("peers: negative PeerTimeout, MaxIdleConns, VNodes or JoinRetry")
+	}
+	if c.Profile > WAN {
+		return fmt.Errorf("peers: unknown profile %d", c.Profile)
+	}
+	if err := c.Meta.validate(); err != nil {
+		return err
+	}
+	if c.BindAddr == "" {
+		c.BindAddr = DefaultBindAddr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = DefaultPeerTimeout
+	}
+	if c.MaxIdleConns == 0 {
+		c.MaxIdleConns = DefaultMaxIdleConns
+	}
+	if c.Name == "" {
+		c.Name = defaultName(c.BindPort, c.Transport != nil)
+	}
+	return nil
+}
+
+func defaultName(port int, custom bool) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "spillway"
+	}
+	if port != 0 && !custom {
+		return host + ":" + strconv.Itoa(port)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + hex.EncodeToString(b[:])
+}
+
+// memberlist builds memberlist's configuration from c (defaults set).
+func (c *Config) memberlist(ev *events) *memberlist.Config {
+	var mc *memberlist.Config
+	switch c.Profile {
+	case Local:
+		mc = memberlist.DefaultLocalConfig()
+	case WAN:
+		mc = memberlist.DefaultWANConfig()
+	default:
+		mc = memberlist.DefaultLANConfig()
+	}
+	if c.Tune != nil {
+		c.Tune(mc)
+	}
+	mc.Name = c.Name
+	mc.BindAddr = c.BindAddr
+	mc.BindPort = c.BindPort
+	mc.AdvertiseAddr = c.AdvertiseAddr
+	mc.AdvertisePort = c.AdvertisePort
+	if c.AdvertisePort == 0 {
+		mc.AdvertisePort = c.BindPort
+	}
+	mc.SecretKey = c.SecretKey
+	mc.Keyring = nil
+	mc.Delegate = ev
+	mc.Events = ev
+	mc.Transport = c.Transport
+	mc.LogOutput = nil
+	mc.Logger = log.New(logWriter{c.Logger}, "", 0)
+	return mc
+}
+
+// logWriter turns memberlist's log lines ("[WARN] memberlist: text") into
+// slog records. memberlist writes each line with one Write call.
+//
+// Its chatter (DEBUG, and INFO such as "Marking x as failed", which this
+// package logs itself as a member change) goes to Debug. WARN and ERR stay
+// visible at Warn: they are how an operator learns of a wrong gossip key
+// ("no installed keys could decrypt the message") or a node reachable over
+// TCP but not UDP.
+type logWriter struct{ l *slog.Logger }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	level := slog.LevelDebug
+	line := bytes.TrimSpace(b)
+	if rest, ok := bytes.CutPrefix(line, []byte("[WARN]")); ok {
+		level, line = slog.LevelWarn, rest
+	} else if rest, ok := bytes.CutPrefix(line, []byte("[ERR]")); ok {
+		level, line = slog.LevelWarn, rest
+	} else if i := bytes.IndexByte(line, ']'); i > 0 && line[0] == '[' {
+		line = line[i+1:] // [DEBUG], [INFO]
+	}
+	ctx := context.Background()
+	if !w.l.Enabled(ctx, level) {
+		return len(b), nil
+	}
+	line = bytes.TrimSpace(line)
+	line = bytes.TrimPrefix(line, []byte("memberlist: "))
+	w.l.Log(ctx, level, "memberlist: "+string(line))
+	return len(b), nil
+}

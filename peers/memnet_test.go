@@ -1,0 +1,154 @@
+package peers
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// memNet is an in-memory network for memberlist, addressed and routed the
+// way memberlist.MockNetwork is (127.0.0.1:<n>, by node name when memberlist
+// gives one), without MockNetwork's three problems for these tests:
+//
+//   - its maps have no lock, so creating a transport while another node
+//     sends is a data race;
+//   - a packet send waits on an unbuffered channel until the receiver
+//     reads it. Nothing reads once a node has shut down, so every probe or
+//     gossip sent to a dead node blocks its sender forever: the survivors'
+//     probe loops stall, the dead node is never declared dead, and their
+//     goroutines leak;
+//   - even between live nodes, a node's packet loop answers a ping by
+//     sending an ack; two nodes pinging each other at once then wait on each
+//     other for good.
+//
+// Here packets behave like UDP: queued without waiting, dropped when the
+// queue is full or the receiver has shut down. A dial to a shut-down
+// transport is refused, as TCP would be.
+type memNet struct {
+	mu     sync.Mutex
+	port   int
+	byAddr map[string]*memTransport
+	byName map[string]*memTransport
+}
+
+// NewTransport returns a transport for the node called name; name must be
+// the node's Config.Name, since memberlist routes by it.
+func (n *memNet) NewTransport(name string) *memTransport {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.byAddr == nil {
+		n.byAddr = make(map[string]*memTransport)
+		n.byName = make(map[string]*memTransport)
+	}
+	n.port++
+	t := &memTransport{
+		net:     n,
+		addr:    memAddr("127.0.0.1:" + strconv.Itoa(n.port)),
+		port:    n.port,
+		packets: make(chan *memberlist.Packet, packetQueue),
+		streams: make(chan net.Conn),
+		done:    make(chan struct{}),
+	}
+	n.byAddr[string(t.addr)] = t
+	n.byName[name] = t
+	return t
+}
+
+func (n *memNet) peer(a memberlist.Address) (*memTransport, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	t, ok := n.byName[a.Name]
+	if a.Name == "" {
+		t, ok = n.byAddr[a.Addr]
+	}
+	if !ok {
+		return nil, fmt.Errorf("memnet: no route to %s", a.String())
+	}
+	return t, nil
+}
+
+type memAddr string
+
+func (a memAddr) Network() string { return "mem" }
+func (a memAddr) String() string  { return string(a) }
+
+// memTransport implements memberlist.NodeAwareTransport.
+type memTransport struct {
+	net      *memNet
+	addr     memAddr
+	port     int
+	packets  chan *memberlist.Packet
+	streams  chan net.Conn
+	done     chan struct{}
+	shutOnce sync.Once
+}
+
+var _ memberlist.NodeAwareTransport = (*memTransport)(nil)
+
+var errRefused = errors.New("memnet: connection refused")
+
+// packetQueue is a transport's receive buffer, in packets.
+const packetQueue = 1024
+
+func (t *memTransport) FinalAdvertiseAddr(string, int) (net.IP, int, error) {
+	return net.IPv4(127, 0, 0, 1), t.port, nil
+}
+
+func (t *memTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+	return t.WriteToAddress(b, memberlist.Address{Addr: addr})
+}
+
+func (t *memTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	dest, err := t.net.peer(a)
+	if err != nil {
+		return time.Time{}, err
+	}
+	now := time.Now()
+	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: t.addr, Timestamp: now}
+	select {
+	case <-dest.done: // lost, like a datagram to a dead host
+	case dest.packets <- p:
+	default: // lost, like a datagram to a full socket buffer
+	}
+	return now, nil
+}
+
+func (t *memTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
+
+func (t *memTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	return t.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
+}
+
+func (t *memTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	dest, err := t.net.peer(a)
+	if err != nil {
+		return nil, err
+	}
+	local, remote := net.Pipe()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case dest.streams <- remote:
+		return local, nil
+	case <-dest.done:
+	case <-t.done:
+	case <-timer.C:
+	}
+	local.Close()
+	remote.Close()
+	return nil, errRefused
+}
+
+func (t *memTransport) StreamCh() <-chan net.Conn { return t.streams }
+
+// Shutdown makes the transport unreachable; memberlist calls it first
+// thing in its own Shutdown.
+func (t *memTransport) Shutdown() error {
+	t.shutOnce.Do(func() { close(t.done) })
+	return nil
+}

@@ -1,0 +1,238 @@
+// Package peers is a node's view of the cluster: membership gossiped with
+// hashicorp/memberlist, turned into consistent-hash ring snapshots, and one
+// pooled gomemcache client per other node.
+//
+// memberlist does the hard parts (join through any seed, SWIM failure
+// detection, graceful leave, optional encryption). This package adds what
+// spillway needs on top: each node's addresses and weight carried in the
+// gossip (Meta), a new *ring.Ring on every membership change, and clients
+// that come and go with the members.
+package peers
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/hashicorp/memberlist"
+
+	"spillway/ring"
+)
+
+// ErrClosed is returned by Leave after Shutdown.
+var ErrClosed = errors.New("peers: shut down")
+
+// Member is one node as Members reports it.
+type Member struct {
+	ID    string
+	Addr  string // gossip address, "host:port"
+	Meta  Meta
+	State string    // StateAlive, StateLeft or StateDead
+	Since time.Time // when this node last saw State change
+}
+
+// Peers is a running member of the cluster. It is safe for concurrent use.
+// Client, Ring, Meta, Members and Self read an immutable snapshot that is
+// swapped on each membership change: they take no lock and are cheap enough
+// for every request.
+type Peers struct {
+	self string
+	ml   *memberlist.Memberlist
+	ev   *events
+
+	life sync.Mutex // serialises Leave and Shutdown: memberlist panics on Leave after Shutdown
+	left bool
+	shut bool
+}
+
+// Join starts gossip, joins the cluster through cfg.Join and returns the
+// running node.
+//
+// onChange receives a new ring snapshot: once before Join returns (this
+// node plus the members the seeds told about), then whenever the ring's
+// members or weights change. Calls never overlap and arrive in order.
+// memberlist makes them while holding its own lock, so onChange must
+// return quickly (swap a pointer) and must not call Leave or Shutdown;
+// reading Ring, Client, Meta or Members from it is fine.
+//
+// Join fails if cfg is invalid or if seeds were given and none could be
+// reached within cfg.JoinRetry; reaching some of them is enough.
+func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if onChange == nil {
+		onChange = func(*ring.Ring) {}
+	}
+	meta, err := cfg.Meta.encode()
+	if err != nil {
+		return nil, err
+	}
+	ev := newEvents(cfg.Name, meta, &cfg, onChange)
+	ml, err := memberlist.Create(cfg.memberlist(ev))
+	if err != nil {
+		ev.close()
+		return nil, fmt.Errorf("peers: start gossip: %w", err)
+	}
+	p := &Peers{self: cfg.Name, ml: ml, ev: ev}
+	if len(cfg.Join) > 0 {
+		n, err := p.join(cfg.Join, cfg.JoinRetry)
+		if err != nil {
+			_ = p.Shutdown()
+			return nil, fmt.Errorf("peers: join %v: %w", cfg.Join, err)
+		}
+		cfg.Logger.Info("peers: joined cluster", "self", cfg.Name, "seeds_reached", n, "members", ml.NumMembers())
+	}
+	ev.start()
+	return p, nil
+}
+
+// join tries the seeds until one answers or retry has passed.
+func (p *Peers) join(seeds []string, retry time.Duration) (int, error) {
+	deadline := time.Now().Add(retry)
+	wait := 100 * time.Millisecond
+	for {
+		n, err := p.ml.Join(seeds)
+		if n > 0 {
+			return n, nil
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return 0, err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// Self returns this node's ID.
+func (p *Peers) Self() string { return p.self }
+
+// GossipAddr returns the address this node gossips on, as the others see
+// it: what to put in another node's Config.Join.
+func (p *Peers) GossipAddr() string {
+	v := p.ev.cur.Load()
+	if i, ok := v.byID[p.self]; ok {
+		return v.members[i].Addr
+	}
+	return ""
+}
+
+// Ring returns the current ring snapshot. After Leave it no longer holds
+// this node; it may then be empty.
+func (p *Peers) Ring() *ring.Ring { return p.ev.cur.Load().ring }
+
+// Client returns the pooled client for the member id. There is none for
+// this node itself, for unknown or departed members, for members without a
+// peer address, or after Shutdown. The client stays usable after the member
+// leaves, but its idle connections are closed: fetch it per request.
+func (p *Peers) Client(id string) (*memcache.Client, bool) {
+	c, ok := p.ev.cur.Load().clients[id]
+	if !ok {
+		return nil, false
+	}
+	return c.mc, true
+}
+
+// Meta returns the metadata of the alive member id.
+func (p *Peers) Meta(id string) (Meta, bool) {
+	v := p.ev.cur.Load()
+	i, ok := v.byID[id]
+	if !ok || v.members[i].State != StateAlive {
+		return Meta{}, false
+	}
+	return v.members[i].Meta, true
+}
+
+// Members returns the alive members, this node included, followed by up to
+// 32 recently departed ones, each group sorted by ID. Members that joined
+// the gossip with unusable metadata are listed (with a zero Meta) but are
+// not in the ring. It is safe to call from onChange.
+func (p *Peers) Members() []Member {
+	return slices.Clone(p.ev.cur.Load().members)
+}
+
+// Leave tells the cluster this node is going, and waits up to timeout
+// (0: no limit) for the news to go out. The others drop the node from their
+// rings at once instead of waiting for failure detection, and list it as
+// StateLeft rather than StateDead. Gossip keeps running until Shutdown,
+// which should follow. Calling Leave again does nothing.
+func (p *Peers) Leave(timeout time.Duration) error {
+	p.life.Lock()
+	defer p.life.Unlock()
+	if p.shut {
+		return ErrClosed
+	}
+	if p.left {
+		return nil
+	}
+	p.left = true
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	remaining := func() time.Duration {
+		if deadline.IsZero() {
+			return 0
+		}
+		return max(time.Until(deadline), time.Millisecond)
+	}
+	// memberlist's own leave message looks like a failure to the others
+	// (see NotifyLeave), so first announce the leave in our meta. Gossip
+	// alone may not carry it to everyone before the leave message (it
+	// piggybacks on whatever packets go out, and the leave message replaces
+	// it in the others' queues), so also hand it to each member directly.
+	p.ev.setLeaving()
+	err := p.ml.UpdateNode(remaining())
+	pushBy := deadline
+	if !deadline.IsZero() {
+		pushBy = time.Now().Add(time.Until(deadline) / 2) // keep time for the leave itself
+	}
+	p.pushState(pushBy)
+	return errors.Join(err, p.ml.Leave(remaining()))
+}
+
+// pushState runs a TCP push/pull (memberlist's Join) with every other alive
+// member at once, which hands over our current meta, and waits for them
+// until deadline (zero: no limit). A push/pull still under way then ends by
+// itself within memberlist's TCPTimeout.
+func (p *Peers) pushState(deadline time.Time) {
+	var wg sync.WaitGroup
+	for _, m := range p.ev.cur.Load().members {
+		if m.ID != p.self && m.State == StateAlive {
+			wg.Go(func() { _, _ = p.ml.Join([]string{m.Addr}) })
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-done:
+	case <-timeout:
+	}
+}
+
+// Shutdown stops gossip and closes the peer clients' idle connections.
+// Without a Leave first, the others notice only by failure detection.
+// It is safe to call more than once.
+func (p *Peers) Shutdown() error {
+	p.life.Lock()
+	defer p.life.Unlock()
+	if p.shut {
+		return nil
+	}
+	p.shut = true
+	err := p.ml.Shutdown()
+	p.ev.close()
+	return err
+}

@@ -1,0 +1,500 @@
+package peers
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"go.uber.org/goleak"
+
+	"spillway/ring"
+)
+
+// TestMain fails the run if goroutines outlive the tests. memberlist's
+// Shutdown does not wait for a probe already under way: that goroutine
+// ends by itself within a probe interval (stretched up to 8x while the node
+// feels unhealthy), longer than goleak's own retries last, so wait for
+// the count to settle first.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		deadline := time.Now().Add(10 * time.Second)
+		tick := time.NewTicker(50 * time.Millisecond)
+		err := goleak.Find()
+		for err != nil && time.Now().Before(deadline) {
+			<-tick.C
+			err = goleak.Find()
+		}
+		tick.Stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// waitTimeout bounds every wait for gossip. Failure detection with
+// fastTimings takes about a second; the rest converges in milliseconds.
+const waitTimeout = 15 * time.Second
+
+// fastTimings shortens memberlist's Local preset so a dead node is found in
+// about a second, while staying loose enough for -race on two cores.
+func fastTimings(c *memberlist.Config) {
+	c.ProbeInterval = 200 * time.Millisecond
+	c.ProbeTimeout = 100 * time.Millisecond
+	c.GossipInterval = 20 * time.Millisecond
+	c.PushPullInterval = time.Second
+	c.TCPTimeout = 5 * time.Second // only bounds joins and push/pulls; generous for -race
+	c.GossipToTheDeadTime = time.Second
+}
+
+// quietLogger logs warnings with -v, everything with PEERS_DEBUG=1, and
+// nothing otherwise. It writes to stderr, not t.Log: memberlist may still
+// log from a goroutine winding down after the test has ended.
+func quietLogger(t *testing.T) *slog.Logger {
+	level := slog.LevelWarn
+	switch {
+	case os.Getenv("PEERS_DEBUG") != "":
+		level = slog.LevelDebug
+	case !testing.Verbose():
+		return slog.New(slog.DiscardHandler)
+	}
+	h := slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})
+	return slog.New(h).With("test", t.Name())
+}
+
+// recorder keeps every ring onChange delivers.
+type recorder struct {
+	mu    sync.Mutex
+	rings []*ring.Ring
+}
+
+func (r *recorder) onChange(rg *ring.Ring) {
+	r.mu.Lock()
+	r.rings = append(r.rings, rg)
+	r.mu.Unlock()
+}
+
+func (r *recorder) snapshot() []*ring.Ring {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.rings)
+}
+
+type testNode struct {
+	p   *Peers
+	rec *recorder
+	// atJoin is how many rings onChange had received when Join returned.
+	atJoin []*ring.Ring
+}
+
+// startNode starts a node called name on mn that joins seeds. Its weight is
+// weight, its peer address a placeholder that no test dials.
+func startNode(t *testing.T, mn *memNet, name string, weight int, seeds ...string) *testNode {
+	t.Helper()
+	rec := &recorder{}
+	p, err := Join(Config{
+		Name:      name,
+		Join:      seeds,
+		Transport: mn.NewTransport(name),
+		Meta:      Meta{Client: "c-" + name + ":11211", Peer: "p-" + name + ":11311", Weight: weight},
+		Logger:    quietLogger(t),
+		Profile:   Local,
+		Tune:      fastTimings,
+	}, rec.onChange)
+	if err != nil {
+		t.Fatalf("Join %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown() })
+	return &testNode{p: p, rec: rec, atJoin: rec.snapshot()}
+}
+
+// startCluster starts n nodes "n0".."n{n-1}" with weights 1..n, each joining
+// through the previous one, so gossip must spread the membership.
+func startCluster(t *testing.T, mn *memNet, n int) []*testNode {
+	t.Helper()
+	nodes := make([]*testNode, n)
+	for i := range nodes {
+		var seeds []string
+		if i > 0 {
+			seeds = []string{nodes[i-1].p.GossipAddr()}
+		}
+		nodes[i] = startNode(t, mn, fmt.Sprintf("n%d", i), i+1, seeds...)
+	}
+	return nodes
+}
+
+// eventually polls cond until it returns "" or waitTimeout passes.
+func eventually(t *testing.T, what string, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		msg := cond()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %s", what, waitTimeout, msg)
+		}
+		<-tick.C
+	}
+}
+
+func ringString(r *ring.Ring) string {
+	var b strings.Builder
+	nodes := r.Nodes()
+	slices.SortFunc(nodes, func(a, b ring.Node) int { return strings.Compare(a.ID, b.ID) })
+	for _, n := range nodes {
+		fmt.Fprintf(&b, "%s/%d ", n.ID, n.Weight)
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// ringsAre reports "" when every node's current ring, and the last ring its
+// onChange received, hold exactly want.
+func ringsAre(nodes []*testNode, want string) func() string {
+	return func() string {
+		for _, n := range nodes {
+			if got := ringString(n.p.Ring()); got != want {
+				return fmt.Sprintf("%s has ring %q, want %q", n.p.Self(), got, want)
+			}
+			rs := n.rec.snapshot()
+			if len(rs) == 0 || ringString(rs[len(rs)-1]) != want {
+				return fmt.Sprintf("%s: onChange has not delivered %q yet", n.p.Self(), want)
+			}
+		}
+		return ""
+	}
+}
+
+func wantRing(nodes []*testNode) string {
+	var parts []string
+	for i, n := range nodes {
+		parts = append(parts, fmt.Sprintf("%s/%d", n.p.Self(), i+1))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
+
+func TestClusterConverges(t *testing.T) {
+	for _, size := range []int{3, 5} {
+		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) {
+			start := time.Now()
+			nodes := startCluster(t, &memNet{}, size)
+			want := wantRing(nodes)
+			eventually(t, "rings converge", ringsAre(nodes, want))
+			t.Logf("%d nodes converged in %v", size, time.Since(start))
+
+			// Same members and weights must mean the same owners everywhere.
+			for k := range 200 {
+				key := fmt.Sprintf("key-%d", k)
+				owner := nodes[0].p.Ring().Owner(key)
+				for _, n := range nodes[1:] {
+					if got := n.p.Ring().Owner(key); got != owner {
+						t.Fatalf("Owner(%q): %s says %s, %s says %s", key, nodes[0].p.Self(), owner, n.p.Self(), got)
+					}
+				}
+			}
+
+			for i, n := range nodes {
+				// onChange ran before Join returned, with self (and the seed's view).
+				if len(n.atJoin) == 0 {
+					t.Fatalf("%s: onChange not called before Join returned", n.p.Self())
+				}
+				first := ringString(n.atJoin[0])
+				if !strings.Contains(first, n.p.Self()+"/") || (i > 0 && !strings.Contains(first, nodes[i-1].p.Self()+"/")) {
+					t.Errorf("%s: first ring %q lacks self or seed", n.p.Self(), first)
+				}
+				// Every later join reached onChange: at least one more ring
+				// per node that joined after n.
+				if got := len(n.rec.snapshot()); got < size-i {
+					t.Errorf("%s: onChange called %d times, want >= %d", n.p.Self(), got, size-i)
+				}
+				checkClients(t, n, nodes)
+				if ms := n.p.Members(); len(ms) != size {
+					t.Errorf("%s: %d members, want %d", n.p.Self(), len(ms), size)
+				}
+				for j, o := range nodes {
+					m, ok := n.p.Meta(o.p.Self())
+					want := Meta{Client: "c-" + o.p.Self() + ":11211", Peer: "p-" + o.p.Self() + ":11311", Weight: j + 1}
+					if !ok || m != want {
+						t.Errorf("%s: Meta(%s) = %+v, %v; want %+v", n.p.Self(), o.p.Self(), m, ok, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// checkClients checks that n has a client for every node in others but itself.
+func checkClients(t *testing.T, n *testNode, others []*testNode) {
+	t.Helper()
+	for _, o := range others {
+		c, ok := n.p.Client(o.p.Self())
+		if o == n {
+			if ok || c != nil {
+				t.Errorf("%s: has a client for itself", n.p.Self())
+			}
+			continue
+		}
+		if !ok || c == nil {
+			t.Errorf("%s: no client for %s", n.p.Self(), o.p.Self())
+			continue
+		}
+		if c.Timeout != DefaultPeerTimeout || c.MaxIdleConns != DefaultMaxIdleConns {
+			t.Errorf("%s: client for %s has Timeout %v MaxIdleConns %d", n.p.Self(), o.p.Self(), c.Timeout, c.MaxIdleConns)
+		}
+	}
+}
+
+// TestDeparture removes a node from a 3-node cluster, gracefully or not,
+// and checks every survivor drops it from its ring, clients and members.
+func TestDeparture(t *testing.T) {
+	tests := []struct {
+		name  string
+		leave bool
+		state string
+	}{
+		{"leave", true, StateLeft},
+		{"shutdown without leave", false, StateDead},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nodes := startCluster(t, &memNet{}, 3)
+			eventually(t, "rings converge", ringsAre(nodes, wantRing(nodes)))
+			gone, rest := nodes[2], nodes[:2]
+			id := gone.p.Self()
+			client, _ := rest[0].p.Client(id)
+
+			start := time.Now()
+			if tt.leave {
+				if err := gone.p.Leave(5 * time.Second); err != nil {
+					t.Fatalf("Leave: %v", err)
+				}
+			}
+			if err := gone.p.Shutdown(); err != nil {
+				t.Fatalf("Shutdown: %v", err)
+			}
+			eventually(t, "departure seen", ringsAre(rest, wantRing(rest)))
+			t.Logf("%s removed after %v", id, time.Since(start))
+
+			for _, n := range rest {
+				if c, ok := n.p.Client(id); ok || c != nil {
+					t.Errorf("%s: still has a client for departed %s", n.p.Self(), id)
+				}
+				if _, ok := n.p.Meta(id); ok {
+					t.Errorf("%s: Meta(%s) still reported", n.p.Self(), id)
+				}
+				ms := n.p.Members()
+				if len(ms) != 3 || ms[2].ID != id || ms[2].State != tt.state {
+					t.Errorf("%s: Members = %+v, want %s last and %s", n.p.Self(), ms, id, tt.state)
+				}
+				checkClients(t, n, rest)
+			}
+			// A client fetched before the departure stays safe to use.
+			if client == nil {
+				t.Fatal("no client before departure")
+			}
+			_ = client.Close()
+
+			// The departed node's own view after Shutdown: no clients at all.
+			for _, o := range rest {
+				if _, ok := gone.p.Client(o.p.Self()); ok {
+					t.Errorf("shut-down node still hands out a client for %s", o.p.Self())
+				}
+			}
+			if err := gone.p.Leave(5 * time.Second); err != ErrClosed {
+				t.Errorf("Leave after Shutdown = %v, want ErrClosed", err)
+			}
+		})
+	}
+}
+
+// TestLeaveDropsSelf: after Leave, a node's own ring no longer has it, so it
+// stops taking keys while it drains.
+func TestLeaveDropsSelf(t *testing.T) {
+	nodes := startCluster(t, &memNet{}, 2)
+	eventually(t, "rings converge", ringsAre(nodes, wantRing(nodes)))
+	if err := nodes[1].p.Leave(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "leaver drops itself", func() string {
+		if got := ringString(nodes[1].p.Ring()); got != "n0/1" {
+			return fmt.Sprintf("leaver's ring is %q", got)
+		}
+		return ""
+	})
+}
+
+func TestRunsAlone(t *testing.T) {
+	n := startNode(t, &memNet{}, "solo", 1)
+	if got := ringString(n.p.Ring()); got != "solo/1" {
+		t.Fatalf("ring = %q, want solo alone", got)
+	}
+	if len(n.atJoin) != 1 {
+		t.Fatalf("onChange called %d times before Join returned, want 1", len(n.atJoin))
+	}
+	if got := n.p.GossipAddr(); got != "127.0.0.1:1" {
+		t.Errorf("GossipAddr = %q", got)
+	}
+	if err := n.p.Leave(5 * time.Second); err != nil { // alone: returns at once
+		t.Fatal(err)
+	}
+}
+
+func TestJoinFails(t *testing.T) {
+	mn := &memNet{}
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no such seed", Config{Join: []string{"127.0.0.1:99"}}, "join"},
+		{"seed retried then given up", Config{Join: []string{"127.0.0.1:98"}, JoinRetry: 300 * time.Millisecond}, "join"},
+		{"short key", Config{SecretKey: make([]byte, 15)}, "secret key is 15 bytes"},
+		{"long key", Config{SecretKey: make([]byte, 33)}, "secret key is 33 bytes"},
+		{"negative weight", Config{Meta: Meta{Weight: -1}}, "negative weight"},
+		{"bad peer address", Config{Meta: Meta{Peer: "nohostport"}}, "peer address"},
+		{"meta too large", Config{Meta: Meta{Client: strings.Repeat("x", 600)}}, "meta larger"},
+		{"bad port", Config{BindPort: 70000}, "bad port"},
+		{"negative timeout", Config{PeerTimeout: -time.Second}, "negative"},
+		{"unknown profile", Config{Profile: 9}, "unknown profile"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			name := fmt.Sprintf("bad%d", i)
+			tt.cfg.Name = name
+			tt.cfg.Transport = mn.NewTransport(name)
+			tt.cfg.Logger = quietLogger(t)
+			tt.cfg.Profile = max(tt.cfg.Profile, Local)
+			called := false
+			p, err := Join(tt.cfg, func(*ring.Ring) { called = true })
+			if err == nil {
+				_ = p.Shutdown()
+				t.Fatal("Join succeeded")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want it to mention %q", err, tt.want)
+			}
+			if called {
+				t.Error("onChange called by a failed Join")
+			}
+		})
+	}
+}
+
+// TestReadsDuringChurn reads the snapshot from several goroutines, and from
+// inside onChange itself, while members come and go: -race checks the
+// snapshot swap, and a deadlock would hang onChange (memberlist calls it
+// holding its node lock).
+func TestReadsDuringChurn(t *testing.T) {
+	mn := &memNet{}
+	var self atomic.Pointer[Peers]
+	var inCallback atomic.Int64
+	p, err := Join(Config{
+		Name: "n0", Transport: mn.NewTransport("n0"), Meta: Meta{Peer: "p-n0:1"},
+		Logger: quietLogger(t), Profile: Local, Tune: fastTimings,
+	}, func(r *ring.Ring) {
+		if p := self.Load(); p != nil {
+			_ = p.Members()
+			_, _ = p.Client("n1")
+			_, _ = p.Meta("n1")
+			_ = p.Ring().Owner("k")
+			inCallback.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown() })
+	self.Store(p)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var reads atomic.Int64
+	for range 4 {
+		wg.Go(func() {
+			// A read per millisecond is enough for -race to see any
+			// unsynchronised access, and leaves the CPU to gossip.
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				if c, ok := p.Client("n1"); ok && c == nil {
+					t.Error("Client returned ok with a nil client")
+				}
+				if r := p.Ring(); r.Len() == 0 {
+					t.Error("empty ring while n0 is alive")
+				}
+				_ = p.Members()
+				reads.Add(1)
+			}
+		})
+	}
+
+	n1 := startNode(t, mn, "n1", 1, p.GossipAddr())
+	n2 := startNode(t, mn, "n2", 1, p.GossipAddr())
+	eventually(t, "three members", func() string {
+		if got := ringString(p.Ring()); got != "n0/1 n1/1 n2/1" {
+			return got
+		}
+		return ""
+	})
+	_ = n1.p.Shutdown() // found by failure detection, n2 confirming
+	eventually(t, "n1 gone", func() string {
+		if got := ringString(p.Ring()); got != "n0/1 n2/1" {
+			return got
+		}
+		return ""
+	})
+	if err := n2.p.Leave(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_ = n2.p.Shutdown()
+	eventually(t, "alone again", func() string {
+		if got := ringString(p.Ring()); got != "n0/1" {
+			return got
+		}
+		return ""
+	})
+	close(stop)
+	wg.Wait()
+	if inCallback.Load() < 4 {
+		t.Errorf("onChange read the snapshot %d times, want a call per change", inCallback.Load())
+	}
+	t.Logf("%d concurrent reads, %d onChange calls", reads.Load(), inCallback.Load())
+}
+
+func BenchmarkClient(b *testing.B) {
+	mn := &memNet{}
+	a, err := Join(Config{Name: "a", Transport: mn.NewTransport("a"), Meta: Meta{Peer: "a:1"}, Logger: slog.New(slog.DiscardHandler), Profile: Local}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Shutdown()
+	c, err := Join(Config{Name: "b", Join: []string{a.GossipAddr()}, Transport: mn.NewTransport("b"), Meta: Meta{Peer: "b:1"}, Logger: slog.New(slog.DiscardHandler), Profile: Local}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Shutdown()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := a.Client("b"); !ok {
+			b.Fatal("no client")
+		}
+	}
+}

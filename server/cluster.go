@@ -1,0 +1,324 @@
+package server
+
+import (
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"spillway/peers"
+	"spillway/ring"
+	"spillway/store"
+)
+
+// Defaults of ClusterConfig.
+const (
+	DefaultCopyTTL           = 5 * time.Second
+	DefaultCopyMaxBytes      = 16 << 20
+	DefaultPeerTimeout       = 500 * time.Millisecond
+	DefaultPeerMaxIdle       = 64
+	DefaultOwnerGrace        = 30 * time.Second
+	DefaultInvalidateTimeout = 100 * time.Millisecond
+)
+
+// ClusterConfig makes a node one of a cluster. The node joins through
+// Peers (gossip) and advertises its client and peer addresses in
+// Peers.Meta; Serve and ServePeers must listen on those addresses.
+type ClusterConfig struct {
+	// Peers configures membership.
+	Peers peers.Config
+	// Picker configures the bounded-load ring: Epsilon (0 means 0.25,
+	// +Inf is plain consistent hashing), Load (rate or in-flight) and
+	// spill Order.
+	Picker ring.PickerConfig
+	// CopyMaxBytes is the memory for copies of keys this node serves but
+	// does not own, apart from the owned items' budget so that copies never
+	// evict owned items. If zero, DefaultCopyMaxBytes.
+	CopyMaxBytes int64
+	// CopyTTL bounds how long a copy lives, and so how stale a copy can be
+	// when an invalidation is lost. If zero, DefaultCopyTTL.
+	CopyTTL time.Duration
+	// PeerTimeout bounds each request to a peer. If zero, DefaultPeerTimeout.
+	PeerTimeout time.Duration
+	// PeerMaxIdle is the number of idle connections kept per peer. If zero,
+	// DefaultPeerMaxIdle.
+	PeerMaxIdle int
+	// OwnerGrace is how long after a membership change a key's new owner
+	// reads a miss through from the key's previous owner before the origin,
+	// so that a join or leave does not become an origin stampede. If zero,
+	// DefaultOwnerGrace.
+	OwnerGrace time.Duration
+	// InvalidateTimeout bounds how long a write waits for copies to be
+	// invalidated before it answers. If zero, DefaultInvalidateTimeout.
+	InvalidateTimeout time.Duration
+}
+
+func (c *ClusterConfig) setDefaults() {
+	if c.CopyMaxBytes == 0 {
+		c.CopyMaxBytes = DefaultCopyMaxBytes
+	}
+	if c.CopyTTL == 0 {
+		c.CopyTTL = DefaultCopyTTL
+	}
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = DefaultPeerTimeout
+	}
+	if c.PeerMaxIdle == 0 {
+		c.PeerMaxIdle = DefaultPeerMaxIdle
+	}
+	if c.OwnerGrace == 0 {
+		c.OwnerGrace = DefaultOwnerGrace
+	}
+	if c.InvalidateTimeout == 0 {
+		c.InvalidateTimeout = DefaultInvalidateTimeout
+	}
+}
+
+// cluster is a node's view of the others.
+type cluster struct {
+	cfg    ClusterConfig
+	self   string
+	selfH  uint64
+	peers  *peers.Peers
+	picker *ring.Picker
+	copies *store.Store
+
+	// view is the current membership: ring, peer clients and the
+	// previous ring, swapped as one on every change.
+	view atomic.Pointer[view]
+
+	holders holders
+
+	// mu serialises onChange: memberlist never calls it concurrently, but
+	// newCluster's own first call may race with the first event.
+	mu sync.Mutex
+}
+
+// view is an immutable snapshot of the membership.
+type view struct {
+	ring    *ring.Ring
+	clients map[string]*peerClient // by node ID, self excluded
+	byHash  map[uint64]string      // node ID by idHash, for copy holders
+	// prev is the ring before the last change, and until is when its
+	// owners stop being asked for keys that moved.
+	prev  *ring.Ring
+	until time.Time
+}
+
+var idSeed = maphash.MakeSeed()
+
+// idHash names a node in a short opaque token. It only has to be the same
+// within this process: the holder registry maps it back to the node.
+func idHash(id string) uint64 { return maphash.String(idSeed, id) }
+
+func newCluster(cfg ClusterConfig, log *slog.Logger) (*cluster, error) {
+	cfg.setDefaults()
+	copies, err := store.New(store.Config{MaxBytes: cfg.CopyMaxBytes})
+	if err != nil {
+		return nil, err
+	}
+	picker, err := ring.NewPicker(nil, cfg.Picker)
+	if err != nil {
+		copies.Close()
+		return nil, err
+	}
+	cl := &cluster{cfg: cfg, picker: picker, copies: copies}
+	cl.view.Store(&view{ring: ring.New(nil, ring.Config{})})
+	p, err := peers.Join(cfg.Peers, cl.onChange)
+	if err != nil {
+		copies.Close()
+		return nil, fmt.Errorf("join: %w", err)
+	}
+	cl.mu.Lock()
+	cl.peers = p
+	cl.self = p.Self()
+	cl.selfH = idHash(cl.self)
+	cl.mu.Unlock()
+	cl.onChange(p.Ring())
+	return cl, nil
+}
+
+// onChange installs a new ring. memberlist calls it from its event loop, so
+// it does little: build peer clients for new members and swap.
+func (cl *cluster) onChange(r *ring.Ring) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.peers == nil {
+		// Still inside peers.Join; newCluster installs the ring after it.
+		return
+	}
+	old := cl.view.Load()
+	if old.ring.Len() > 0 && sameMembers(old.ring, r) {
+		return
+	}
+	nv := &view{ring: r, clients: make(map[string]*peerClient), byHash: make(map[uint64]string)}
+	for _, n := range r.Nodes() {
+		nv.byHash[idHash(n.ID)] = n.ID
+		if n.ID == cl.self {
+			continue
+		}
+		meta, ok := cl.peers.Meta(n.ID)
+		if !ok {
+			continue
+		}
+		if pc, ok := old.clients[n.ID]; ok && pc.addr == meta.Peer {
+			nv.clients[n.ID] = pc
+			continue
+		}
+		nv.clients[n.ID] = newPeerClient(meta.Peer, cl.cfg.PeerTimeout, cl.cfg.PeerMaxIdle)
+	}
+	switch {
+	case old.ring.Len() > 0:
+		nv.prev = old.ring
+		nv.until = time.Now().Add(cl.cfg.OwnerGrace)
+	case r.Len() > 1:
+		// A node joining a running cluster: the keys it now owns were
+		// owned by the others, as in the ring without it.
+		var others []ring.Node
+		for _, n := range r.Nodes() {
+			if n.ID != cl.self {
+				others = append(others, n)
+			}
+		}
+		nv.prev = ring.New(others, ring.Config{VNodes: cl.cfg.Peers.VNodes})
+		nv.until = time.Now().Add(cl.cfg.OwnerGrace)
+	}
+	cl.picker.Swap(r)
+	cl.view.Store(nv)
+	for id, pc := range old.clients {
+		if nv.clients[id] != pc {
+			pc.close()
+		}
+	}
+}
+
+func sameMembers(a, b *ring.Ring) bool {
+	an, bn := a.Nodes(), b.Nodes()
+	if len(an) != len(bn) {
+		return false
+	}
+	for i := range an {
+		if an[i] != bn[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// previousOwner returns the node that owned key before the last membership
+// change, if that was recent and it was another node.
+func (v *view) previousOwner(key, self string, now time.Time) string {
+	if v.prev == nil || now.After(v.until) {
+		return ""
+	}
+	prev := v.prev.Owner(key)
+	if prev == self || prev == v.ring.Owner(key) {
+		return ""
+	}
+	return prev
+}
+
+func (cl *cluster) close() {
+	cl.peers.Shutdown()
+	if v := cl.view.Load(); v != nil {
+		for _, pc := range v.clients {
+			pc.close()
+		}
+	}
+	cl.copies.Close()
+}
+
+// Opaque tags mark what a peer asks for in an mg on the peer port. They are
+// made by peers only: an entry node rebuilds every request it forwards.
+const (
+	tagForward = "fwd." // a read routed here: serve it, reading through if need be
+	tagFetch   = "get." // a read-through from a spilled node: local or origin only
+	tagWarm    = "old." // a new owner asking its predecessor: local only
+	tagInval   = "inv." // drop the copy of this key
+)
+
+func (cl *cluster) tag(kind string) string {
+	return kind + strconv.FormatUint(cl.selfH, 36)
+}
+
+// holders remembers which peers may hold a copy of which key, so that a
+// write can invalidate them. An entry is dropped when the write takes it or
+// when it is older than a copy can be.
+type holders struct {
+	mu sync.Mutex
+	m  map[string][]holder // guarded by mu
+	n  int                 // guarded by mu: entries added since the last sweep
+}
+
+type holder struct {
+	node uint64 // idHash of the node
+	at   time.Time
+}
+
+// maxHolderKeys bounds the registry's memory; past it the oldest entries
+// go first (a lost invalidation is bounded by the copy TTL anyway).
+const maxHolderKeys = 1 << 20
+
+func (h *holders) add(key string, node uint64, now time.Time, ttl time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = make(map[string][]holder)
+	}
+	hs := h.m[key]
+	for i := range hs {
+		if hs[i].node == node {
+			hs[i].at = now
+			return
+		}
+	}
+	h.m[key] = append(hs, holder{node: node, at: now})
+	h.n++
+	if h.n > 4096 || len(h.m) > maxHolderKeys {
+		h.sweepLocked(now, ttl)
+	}
+}
+
+// take removes and returns the nodes that may hold a live copy of key.
+func (h *holders) take(key string, now time.Time, ttl time.Duration) []uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hs, ok := h.m[key]
+	if !ok {
+		return nil
+	}
+	delete(h.m, key)
+	var out []uint64
+	for _, x := range hs {
+		if now.Sub(x.at) <= ttl {
+			out = append(out, x.node)
+		}
+	}
+	return out
+}
+
+func (h *holders) sweepLocked(now time.Time, ttl time.Duration) {
+	h.n = 0
+	for k, hs := range h.m {
+		live := hs[:0]
+		for _, x := range hs {
+			if now.Sub(x.at) <= ttl {
+				live = append(live, x)
+			}
+		}
+		if len(live) == 0 {
+			delete(h.m, k)
+		} else {
+			h.m[k] = live
+		}
+	}
+}
+
+func (h *holders) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.m)
+}

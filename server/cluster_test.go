@@ -1,0 +1,475 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/hashicorp/memberlist"
+
+	"spillway/peers"
+	"spillway/ring"
+	"spillway/store"
+)
+
+// testNode is one member of an in-process cluster on loopback ports.
+type testNode struct {
+	srv    *Server
+	addr   string // client port
+	peer   string // peer port
+	gossip string
+	done   chan error
+	closed bool
+}
+
+// clusterOpts tunes startCluster.
+type clusterOpts struct {
+	picker  ring.PickerConfig
+	origin  Origin
+	copyTTL time.Duration
+}
+
+// startCluster starts n nodes that gossip over 127.0.0.1 and waits until
+// every node sees all of them.
+func startCluster(t testing.TB, n int, o clusterOpts) []*testNode {
+	t.Helper()
+	var nodes []*testNode
+	for i := range n {
+		nodes = append(nodes, startNode(t, fmt.Sprintf("node%d", i), nodes, o))
+	}
+	waitConverged(t, nodes)
+	return nodes
+}
+
+func startNode(t testing.TB, name string, seeds []*testNode, o clusterOpts) *testNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var join []string
+	for _, s := range seeds {
+		if !s.closed {
+			join = append(join, s.gossip)
+		}
+	}
+	srv, err := New(Config{
+		Logger: quietLogger(),
+		Origin: o.origin,
+		Cluster: &ClusterConfig{
+			Peers: peers.Config{
+				Name:     name,
+				BindAddr: "127.0.0.1",
+				Join:     join,
+				Profile:  peers.Local,
+				Logger:   quietLogger(),
+				Tune:     fastGossip,
+				Meta:     peers.Meta{Client: ln.Addr().String(), Peer: pln.Addr().String()},
+			},
+			Picker:  o.picker,
+			CopyTTL: o.copyTTL,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd := &testNode{srv: srv, addr: ln.Addr().String(), peer: pln.Addr().String(),
+		gossip: srv.cl.peers.GossipAddr(), done: make(chan error, 2)}
+	go func() { nd.done <- srv.Serve(ln) }()
+	go func() { nd.done <- srv.ServePeers(pln) }()
+	t.Cleanup(func() { nd.stop(t, false) })
+	return nd
+}
+
+// fastGossip makes failure detection take about a second, so that tests of
+// node death wait for events rather than for LAN timeouts.
+func fastGossip(c *memberlist.Config) {
+	c.ProbeInterval = 200 * time.Millisecond
+	c.ProbeTimeout = 100 * time.Millisecond
+	c.GossipInterval = 50 * time.Millisecond
+	c.SuspicionMult = 2
+}
+
+// stop closes the node: gracefully (leave the cluster) or as a crash.
+func (nd *testNode) stop(t testing.TB, graceful bool) {
+	if nd.closed {
+		return
+	}
+	nd.closed = true
+	if graceful {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		nd.srv.Shutdown(ctx)
+	} else {
+		nd.srv.Close()
+	}
+	for range 2 {
+		if err := <-nd.done; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+	}
+}
+
+func waitConverged(t testing.TB, nodes []*testNode) {
+	t.Helper()
+	live := 0
+	for _, nd := range nodes {
+		if !nd.closed {
+			live++
+		}
+	}
+	waitFor(t, func() bool {
+		for _, nd := range nodes {
+			if !nd.closed && nd.srv.cl.view.Load().ring.Len() != live {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// countingOrigin serves "value-of-<key>" for keys without "missing" and
+// counts its loads per key.
+type countingOrigin struct {
+	mu    sync.Mutex
+	loads map[string]int
+	total atomic.Int64
+	gate  chan struct{} // if set, loads wait for it, to make fills overlap
+}
+
+func (o *countingOrigin) Load(ctx context.Context, key string) (store.Item, error) {
+	o.total.Add(1)
+	o.mu.Lock()
+	if o.loads == nil {
+		o.loads = map[string]int{}
+	}
+	o.loads[key]++
+	o.mu.Unlock()
+	if o.gate != nil {
+		select {
+		case <-o.gate:
+		case <-ctx.Done():
+			return store.Item{}, ctx.Err()
+		}
+	}
+	if bytes.Contains([]byte(key), []byte("missing")) {
+		return store.Item{}, ErrOriginMiss
+	}
+	return store.Item{Key: key, Value: []byte("value-of-" + key)}, nil
+}
+
+func (o *countingOrigin) count(key string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.loads[key]
+}
+
+func TestClusterIsOneCache(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(strconv.Itoa(n)+"nodes", func(t *testing.T) {
+			nodes := startCluster(t, n, clusterOpts{})
+			clients := make([]*memcache.Client, n)
+			for i, nd := range nodes {
+				clients[i] = newClient(t, nd.addr)
+			}
+			// Every key written through one node reads the same through
+			// every node, whichever node owns it.
+			for k := range 60 {
+				key := fmt.Sprintf("key-%d", k)
+				w := clients[k%n]
+				val := []byte(fmt.Sprintf("v%d", k))
+				if err := w.Set(&memcache.Item{Key: key, Value: val, Flags: uint32(k)}); err != nil {
+					t.Fatal(err)
+				}
+				for i, c := range clients {
+					it, err := c.Get(key)
+					if err != nil {
+						t.Fatalf("node %d get %s: %v", i, key, err)
+					}
+					if !bytes.Equal(it.Value, val) || it.Flags != uint32(k) {
+						t.Fatalf("node %d get %s = %q/%d, want %q/%d", i, key, it.Value, it.Flags, val, k)
+					}
+				}
+			}
+			// Multi-key gets are answered in the client's order.
+			keys := []string{"key-5", "nokey", "key-1", "key-17", "key-2"}
+			m, err := clients[0].GetMulti(keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m) != 4 {
+				t.Fatalf("GetMulti = %d items", len(m))
+			}
+			c := dialRaw(t, nodes[1].addr)
+			c.send("get key-5 nokey key-1\r\n")
+			c.expect("VALUE key-5 5 2\r\nv5\r\nVALUE key-1 1 2\r\nv1\r\nEND\r\n")
+
+			// Writes of every kind reach the owner.
+			if err := clients[1].Delete("key-3"); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range clients {
+				if _, err := c.Get("key-3"); !errors.Is(err, memcache.ErrCacheMiss) {
+					t.Fatalf("node %d after delete: %v", i, err)
+				}
+			}
+			clients[2%n].Set(&memcache.Item{Key: "ctr", Value: []byte("0")})
+			for i := range 30 {
+				if _, err := clients[i%n].Increment("ctr", 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			it, err := clients[0].Get("ctr")
+			if err != nil || string(it.Value) != "30" {
+				t.Fatalf("ctr = %v %v", it, err)
+			}
+
+			// gets on one node, cas on another.
+			it, err = clients[0].Get("key-7")
+			if err != nil {
+				t.Fatal(err)
+			}
+			it.Value = []byte("swapped")
+			// gomemcache keeps the CAS unique inside the item; send the
+			// cas through another node with a raw client instead.
+			cas := casOf(t, nodes[0].addr, "key-7")
+			rc := dialRaw(t, nodes[n-1].addr)
+			rc.send(fmt.Sprintf("cas key-7 0 0 7 %d\r\nswapped\r\n", cas))
+			rc.expect("STORED\r\n")
+			rc.send(fmt.Sprintf("cas key-7 0 0 4 %d\r\nlost\r\n", cas))
+			rc.expect("EXISTS\r\n")
+			for i, c := range clients {
+				got, err := c.Get("key-7")
+				if err != nil || string(got.Value) != "swapped" {
+					t.Fatalf("node %d key-7 = %v %v", i, got, err)
+				}
+			}
+
+			// flush_all reaches every node.
+			if err := clients[0].FlushAll(); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range clients {
+				if _, err := c.Get("key-9"); !errors.Is(err, memcache.ErrCacheMiss) {
+					t.Fatalf("node %d after flush_all: %v", i, err)
+				}
+			}
+		})
+	}
+}
+
+// casOf reads key's CAS unique with a raw gets.
+func casOf(t testing.TB, addr, key string) uint64 {
+	t.Helper()
+	c := dialRaw(t, addr)
+	c.send("gets " + key + "\r\n")
+	var k string
+	var flags, n int
+	var cas uint64
+	if _, err := fmt.Sscanf(c.line(), "VALUE %s %d %d %d", &k, &flags, &n, &cas); err != nil {
+		t.Fatalf("gets %s: %v", key, err)
+	}
+	c.line()
+	c.line()
+	return cas
+}
+
+// hotReads sends count gets of key spread round-robin over the nodes and
+// checks every value with check.
+func hotReads(t testing.TB, nodes []*testNode, key string, count int, check func([]byte) error) {
+	t.Helper()
+	var clients []*memcache.Client
+	for _, nd := range nodes {
+		if !nd.closed {
+			clients = append(clients, newClient(t, nd.addr))
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < count; i += 8 {
+				it, err := clients[i%len(clients)].Get(key)
+				if err == nil {
+					err = check(it.Value)
+				}
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestHotKeySpillsWithOneOriginLoad: a hot key read through every node
+// spills from its owner to others, which read it through from the owner;
+// the origin sees it once.
+func TestHotKeySpillsWithOneOriginLoad(t *testing.T) {
+	origin := &countingOrigin{}
+	nodes := startCluster(t, 3, clusterOpts{
+		origin: origin,
+		picker: ring.PickerConfig{Epsilon: 0.1},
+	})
+	want := []byte("value-of-hot")
+	hotReads(t, nodes, "hot", 3000, func(v []byte) error {
+		if !bytes.Equal(v, want) {
+			return fmt.Errorf("hot = %q", v)
+		}
+		return nil
+	})
+	if got := origin.count("hot"); got != 1 {
+		t.Fatalf("origin loads of the hot key = %d, want 1", got)
+	}
+	servedBy := 0
+	var spilled uint64
+	for _, nd := range nodes {
+		if nd.srv.counters.served.Load() > 0 {
+			servedBy++
+		}
+		spilled += nd.srv.counters.spilledServed.Load()
+	}
+	if servedBy < 2 || spilled == 0 {
+		t.Fatalf("hot key served by %d nodes, %d spilled fills: want it spread", servedBy, spilled)
+	}
+	t.Logf("hot key: served by %d nodes, %d spilled fills, 1 origin load", servedBy, spilled)
+}
+
+// TestWritesInvalidateCopies: after a write through any node, no node
+// serves the old value from a copy.
+func TestWritesInvalidateCopies(t *testing.T) {
+	nodes := startCluster(t, 3, clusterOpts{
+		picker:  ring.PickerConfig{Epsilon: 0.05},
+		copyTTL: time.Hour, // only invalidation can make this test pass
+	})
+	w := newClient(t, nodes[0].addr)
+	for round := range 5 {
+		val := []byte("v" + strconv.Itoa(round))
+		if round%2 == 1 {
+			// A delete must invalidate too.
+			if err := w.Delete("k"); err != nil && round > 0 {
+				t.Fatal(err)
+			}
+			for _, nd := range nodes {
+				if _, err := newClient(t, nd.addr).Get("k"); !errors.Is(err, memcache.ErrCacheMiss) {
+					t.Fatalf("round %d: stale read after delete: %v", round, err)
+				}
+			}
+		}
+		if err := newClient(t, nodes[round%3].addr).Set(&memcache.Item{Key: "k", Value: val}); err != nil {
+			t.Fatal(err)
+		}
+		hotReads(t, nodes, "k", 600, func(v []byte) error {
+			if !bytes.Equal(v, val) {
+				return fmt.Errorf("round %d: stale read %q, want %q", round, v, val)
+			}
+			return nil
+		})
+	}
+	copies := 0
+	for _, nd := range nodes {
+		copies += int(nd.srv.counters.invalidations.Load())
+	}
+	if copies == 0 {
+		t.Fatal("no invalidation was ever sent: the test did not make copies")
+	}
+}
+
+// TestNodeDeathMidLoad: a crashed node costs no wrong value, and reads of
+// its keys work again within the failure-detection time.
+func TestNodeDeathMidLoad(t *testing.T) {
+	origin := &countingOrigin{}
+	nodes := startCluster(t, 3, clusterOpts{origin: origin})
+	keys := make([]string, 50)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("dk-%d", i)
+	}
+	check := func(c *memcache.Client) error {
+		for _, k := range keys {
+			it, err := c.Get(k)
+			if err != nil {
+				return err
+			}
+			if string(it.Value) != "value-of-"+k {
+				t.Fatalf("wrong value for %s: %q", k, it.Value)
+			}
+		}
+		return nil
+	}
+	c0 := newClient(t, nodes[0].addr)
+	if err := check(c0); err != nil {
+		t.Fatal(err)
+	}
+	nodes[2].stop(t, false)
+	// While the others still think it alive, reads may fail but are never
+	// wrong; once they notice, every read succeeds.
+	waitFor(t, func() bool {
+		return nodes[0].srv.cl.view.Load().ring.Len() == 2 && nodes[1].srv.cl.view.Load().ring.Len() == 2
+	})
+	for _, nd := range nodes[:2] {
+		if err := check(newClient(t, nd.addr)); err != nil {
+			t.Fatalf("after failure detection: %v", err)
+		}
+	}
+}
+
+// TestJoinWarmsFromPreviousOwners: a new node reads keys it now owns from
+// their previous owners, not from the origin.
+func TestJoinWarmsFromPreviousOwners(t *testing.T) {
+	origin := &countingOrigin{}
+	o := clusterOpts{origin: origin, picker: ring.PickerConfig{Epsilon: math.Inf(1)}}
+	nodes := startCluster(t, 3, o)
+	c := newClient(t, nodes[0].addr)
+	const n = 300
+	for i := range n {
+		if _, err := c.Get(fmt.Sprintf("wk-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := origin.total.Load()
+	if before != n {
+		t.Fatalf("origin loads = %d, want %d", before, n)
+	}
+	nodes = append(nodes, startNode(t, "node3", nodes, o))
+	waitConverged(t, nodes)
+	moved := 0
+	for i := range n {
+		k := fmt.Sprintf("wk-%d", i)
+		if nodes[0].srv.cl.view.Load().ring.Owner(k) == "node3" {
+			moved++
+		}
+		it, err := c.Get(k)
+		if err != nil || string(it.Value) != "value-of-"+k {
+			t.Fatalf("get %s after join: %v %v", k, it, err)
+		}
+	}
+	extra := origin.total.Load() - before
+	t.Logf("join: %d of %d keys moved to the new node; %d origin loads", moved, n, extra)
+	if moved == 0 {
+		t.Fatal("no key moved to the new node")
+	}
+	if extra > int64(moved/20) {
+		t.Fatalf("join caused %d origin loads for %d moved keys", extra, moved)
+	}
+}

@@ -1,0 +1,183 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"spillway/protocol"
+)
+
+var syscallEMFILE = syscall.EMFILE
+
+// conn is one client connection. Its fields are used by its own goroutine
+// only, except state, which Shutdown reads.
+type conn struct {
+	srv *Server
+	nc  net.Conn
+	r   *protocol.Reader
+	w   *protocol.Writer
+	req protocol.Request
+
+	// counted wraps nc to count bytes_read and bytes_written.
+	counted countingConn
+	// local counts this connection's commands; it is added to the server's
+	// totals once per batch so that cores do not fight over shared counters.
+	local counters
+
+	// idle is true from the moment every received request is answered
+	// until the next bytes arrive: the only time Shutdown may interrupt
+	// the connection without losing a request it has already received.
+	idle atomic.Bool
+	// mu orders Shutdown's interruption against the arrival of bytes.
+	mu          sync.Mutex
+	interrupted bool // guarded by mu
+	quit        bool
+	// peer is set on the peer port: requests come from other nodes and
+	// are served here, never routed on.
+	peer bool
+	// results is reused by multi-key reads.
+	results []readResult
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{srv: s, nc: nc}
+	c.counted.Conn = nc
+	c.counted.c = c
+	c.r = protocol.NewReader(&c.counted, protocol.Limits{MaxItemSize: s.cfg.MaxItemSize})
+	c.w = protocol.NewWriter(&c.counted)
+	return c
+}
+
+// reject answers a connection over the limit, as memcached does, and closes it.
+func (c *conn) reject(line string) {
+	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	io.WriteString(c.nc, line+"\r\n")
+	c.nc.Close()
+}
+
+// interruptIdle wakes a connection blocked waiting for a new request so it
+// notices the shutdown; a connection in the middle of a request is left to
+// finish it and notices at its next flush.
+func (c *conn) interruptIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.idle.Load() {
+		c.interrupted = true
+		c.nc.SetReadDeadline(time.Now())
+	}
+}
+
+// busy records that request bytes arrived. If Shutdown interrupted the
+// wait a moment too late, the bytes win: the deadline is lifted so the
+// request is read whole and answered.
+func (c *conn) busy() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.idle.Store(false)
+	if c.interrupted {
+		c.interrupted = false
+		c.nc.SetReadDeadline(time.Time{})
+	}
+}
+
+func (c *conn) serve() {
+	s := c.srv
+	defer func() {
+		if v := recover(); v != nil {
+			s.cfg.Logger.Error("connection panic", "remote", c.nc.RemoteAddr().String(), "panic", v)
+		}
+		c.flushStats()
+		c.nc.Close()
+		s.trackConn(c, false)
+		if s.verbose(1) {
+			s.cfg.Logger.Info("connection closed", "remote", c.nc.RemoteAddr().String())
+		}
+	}()
+	if s.verbose(1) {
+		s.cfg.Logger.Info("connection opened", "remote", c.nc.RemoteAddr().String())
+	}
+	for !c.quit {
+		if c.r.Buffered() == 0 {
+			// The input is drained: everything the client pipelined has
+			// been answered, so send the batch in one write.
+			c.flushStats()
+			if err := c.w.Flush(); err != nil {
+				return
+			}
+			if d := s.cfg.IdleTimeout; d > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(d))
+			}
+			// Set idle before looking at closing: either Shutdown sees
+			// the flag and interrupts the read, or we see closing here.
+			c.idle.Store(true)
+			if s.closing.Load() {
+				return
+			}
+		}
+		err := c.r.Read(&c.req)
+		if err != nil {
+			if !c.readFailed(err) {
+				return
+			}
+			continue
+		}
+		if s.verbose(2) {
+			s.cfg.Logger.Debug("request", "cmd", c.req.Command.String(), "key", string(c.req.Key))
+		}
+		c.handle(&c.req)
+	}
+	c.w.Flush()
+}
+
+// readFailed answers a failed read and reports whether the connection can
+// go on.
+func (c *conn) readFailed(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return false
+	}
+	if errors.Is(err, protocol.ErrTooLarge) && (c.req.Command == protocol.CmdSet || c.req.Command == protocol.CmdMetaSet) {
+		// The value was discarded unread; the old one goes too, as in
+		// memcached.
+		c.srv.store.Delete(string(c.req.Key))
+		c.written(c.req.Key)
+	}
+	c.w.Error(err)
+	if protocol.Fatal(err) {
+		c.w.Flush()
+		return false
+	}
+	return true
+}
+
+// countingConn counts the bytes that cross the connection for stats, and
+// tells the conn when a request starts to arrive.
+type countingConn struct {
+	net.Conn
+	c             *conn
+	read, written uint64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read += uint64(n)
+	if n > 0 && c.c.idle.Load() {
+		c.c.busy()
+	}
+	return n, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.written += uint64(n)
+	return n, err
+}

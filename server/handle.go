@@ -1,0 +1,402 @@
+package server
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"spillway/protocol"
+	"spillway/store"
+)
+
+// handle executes one request and writes its reply into the connection's
+// buffer; the serve loop flushes.
+func (c *conn) handle(req *protocol.Request) {
+	c.local.dirty = true
+	if owner, remote := c.remoteOwner(req); remote {
+		c.countForwarded(req)
+		if req.Command >= protocol.CmdMetaNoop {
+			c.forwardMeta(owner, req)
+		} else {
+			c.forwardClassic(owner, req)
+		}
+		return
+	}
+	switch req.Command {
+	case protocol.CmdGet, protocol.CmdGets:
+		c.get(req, req.Command == protocol.CmdGets)
+	case protocol.CmdGat, protocol.CmdGats:
+		c.gat(req, req.Command == protocol.CmdGats)
+	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace,
+		protocol.CmdAppend, protocol.CmdPrepend, protocol.CmdCas:
+		c.update(req)
+	case protocol.CmdDelete:
+		c.delete(req)
+	case protocol.CmdIncr, protocol.CmdDecr:
+		c.incr(req)
+	case protocol.CmdTouch:
+		c.touch(req)
+	case protocol.CmdFlushAll:
+		c.local.cmdFlush++
+		c.srv.flush(time.Duration(req.Exptime)*time.Second, !c.peer)
+		c.reply(req, protocol.OK)
+	case protocol.CmdVersion:
+		c.w.Line("VERSION " + Version)
+	case protocol.CmdVerbosity:
+		if len(req.Args) > 0 {
+			if n, err := strconv.Atoi(string(req.Args[0])); err == nil {
+				c.srv.verbosity.Store(int32(n))
+			}
+		}
+		c.reply(req, protocol.OK)
+	case protocol.CmdQuit:
+		c.quit = true
+	case protocol.CmdStats:
+		c.stats(req)
+	case protocol.CmdMetaNoop:
+		c.w.Status(protocol.MetaNoop)
+	case protocol.CmdMetaGet:
+		c.metaGet(req)
+	case protocol.CmdMetaSet:
+		c.metaSet(req)
+	case protocol.CmdMetaDelete:
+		c.metaDelete(req)
+	case protocol.CmdMetaArith:
+		c.metaArith(req)
+	case protocol.CmdMetaDebug:
+		c.metaDebug(req)
+	default:
+		c.w.Error(protocol.ErrUnknownCommand)
+	}
+}
+
+// remoteOwner reports whether req is a write (or a read that writes, such
+// as a touch) of a key another node owns, which must go to that node.
+// Requests on the peer port are always served here.
+func (c *conn) remoteOwner(req *protocol.Request) (string, bool) {
+	s := c.srv
+	if s.cl == nil || c.peer {
+		return "", false
+	}
+	switch req.Command {
+	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend,
+		protocol.CmdPrepend, protocol.CmdCas, protocol.CmdDelete, protocol.CmdIncr,
+		protocol.CmdDecr, protocol.CmdTouch, protocol.CmdMetaSet, protocol.CmdMetaDelete,
+		protocol.CmdMetaArith:
+	case protocol.CmdMetaGet:
+		m := &req.Meta
+		if !m.Flags.Has('T') && !m.Flags.Has('N') && !m.Flags.Has('R') {
+			return "", false // a plain read: routed by the picker instead
+		}
+	default:
+		return "", false
+	}
+	owner, self := s.ownerOf(string(req.Key))
+	return owner, !self
+}
+
+// countForwarded counts a forwarded request in the per-command stats as if
+// it had run here, as a client of this node expects.
+func (c *conn) countForwarded(req *protocol.Request) {
+	switch req.Command {
+	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend,
+		protocol.CmdPrepend, protocol.CmdCas, protocol.CmdMetaSet:
+		c.local.cmdSet++
+	case protocol.CmdTouch:
+		c.local.cmdTouch++
+	case protocol.CmdMetaGet:
+		c.local.cmdGet++
+	}
+}
+
+// flush empties the store (and the copies) now or at now+delay; from a
+// client, every other node too.
+func (s *Server) flush(delay time.Duration, everywhere bool) {
+	s.store.Flush(delay)
+	if s.cl == nil {
+		return
+	}
+	s.cl.copies.Flush(delay)
+	if everywhere {
+		s.broadcast("flush_all " + strconv.FormatInt(int64(delay/time.Second), 10))
+	}
+}
+
+// written is called after a successful write of key here: copies elsewhere
+// are now stale.
+func (c *conn) written(key []byte) {
+	if c.srv.cl != nil {
+		c.srv.invalidate(string(key))
+	}
+}
+
+// reply writes a status unless the client asked for no reply.
+func (c *conn) reply(req *protocol.Request, s protocol.Status) {
+	if !req.Noreply {
+		c.w.Status(s)
+	}
+}
+
+func (c *conn) now() time.Time { return c.srv.cfg.Now() }
+
+// get <key>*
+// gets <key>*
+func (c *conn) get(req *protocol.Request, withCAS bool) {
+	s := c.srv
+	if s.routed() && !c.peer {
+		c.getRouted(req, withCAS)
+		return
+	}
+	for _, k := range req.Keys {
+		c.local.cmdGet++
+		it, ok := c.srv.store.Get(string(k))
+		if !ok {
+			c.local.getMisses++
+			continue
+		}
+		c.local.getHits++
+		c.writeValue(k, it, withCAS)
+	}
+	c.w.Status(protocol.End)
+}
+
+// getRouted answers a get that may need other nodes or the origin.
+func (c *conn) getRouted(req *protocol.Request, withCAS bool) {
+	n := len(req.Keys)
+	if cap(c.results) < n {
+		c.results = make([]readResult, n)
+	}
+	res := c.results[:n]
+	c.readKeys(req.Keys, res)
+	for i, k := range req.Keys {
+		c.local.cmdGet++
+		if !res[i].found {
+			c.local.getMisses++
+			continue
+		}
+		c.local.getHits++
+		c.writeValue(k, res[i].it, withCAS)
+	}
+	clear(res) // do not keep values alive until the next get
+	c.w.Status(protocol.End)
+}
+
+// gat <exptime> <key>*
+// gats <exptime> <key>*
+func (c *conn) gat(req *protocol.Request, withCAS bool) {
+	exp := store.ExpiresAt(req.Exptime, c.now())
+	for _, k := range req.Keys {
+		c.local.cmdGet++
+		c.local.cmdTouch++
+		it, err := c.touchKey(k, exp, req.Exptime)
+		if err != nil {
+			c.local.getMisses++
+			c.local.touchMisses++
+			continue
+		}
+		c.local.getHits++
+		c.local.touchHits++
+		c.writeValue(k, it, withCAS)
+	}
+	c.w.Status(protocol.End)
+}
+
+// touchKey touches a key where it is owned, for gat.
+func (c *conn) touchKey(k []byte, exp time.Time, exptime int64) (store.Item, error) {
+	s := c.srv
+	key := string(k)
+	owner, self := s.ownerOf(key)
+	if self || c.peer {
+		it, err := s.store.Touch(key, exp)
+		if err == nil {
+			c.written(k)
+		}
+		return it, err
+	}
+	s.cl.copies.Delete(key)
+	pc := s.cl.view.Load().clients[owner]
+	if pc == nil {
+		return store.Item{}, errNoPeer
+	}
+	res, err := pc.fetchWith([]string{key}, s.cl.tag(tagForward), " T"+strconv.FormatInt(exptime, 10), c.now())
+	if err != nil {
+		s.counters.peerErrors.Add(1)
+		return store.Item{}, err
+	}
+	if !res[0].found {
+		return store.Item{}, store.ErrNotFound
+	}
+	return res[0].item, nil
+}
+
+func (c *conn) writeValue(key []byte, it store.Item, withCAS bool) {
+	if withCAS {
+		c.w.ValueCAS(key, it.Flags, it.Value, it.CAS)
+	} else {
+		c.w.Value(key, it.Flags, it.Value)
+	}
+}
+
+// <set|add|replace|append|prepend> <key> <flags> <exptime> <bytes> [noreply]
+// cas <key> <flags> <exptime> <bytes> <cas unique> [noreply]
+func (c *conn) update(req *protocol.Request) {
+	c.local.cmdSet++
+	st := c.srv.store
+	if c.srv.tooLarge(req.Key, req.Flags, req.Data) {
+		c.refuseTooLarge(req, req.Command == protocol.CmdSet)
+		return
+	}
+	it := store.Item{
+		Key:     string(req.Key),
+		Value:   req.Data,
+		Flags:   req.Flags,
+		Expires: store.ExpiresAt(req.Exptime, c.now()),
+		CAS:     req.CAS,
+	}
+	var err error
+	switch req.Command {
+	case protocol.CmdSet:
+		st.Set(it)
+	case protocol.CmdAdd:
+		_, err = st.Add(it)
+	case protocol.CmdReplace:
+		_, err = st.Replace(it)
+	case protocol.CmdAppend:
+		_, err = st.Append(it)
+	case protocol.CmdPrepend:
+		_, err = st.Prepend(it)
+	case protocol.CmdCas:
+		_, err = st.CompareAndSwap(it)
+		switch {
+		case err == nil:
+			c.local.casHits++
+		case errors.Is(err, store.ErrExists):
+			c.local.casBadval++
+		case errors.Is(err, store.ErrNotFound):
+			c.local.casMisses++
+		}
+	}
+	if err == nil {
+		c.written(req.Key)
+	}
+	c.storeReply(req, err, protocol.Stored)
+}
+
+// itemHeader is what memcached 1.6 adds to key and value when it sizes an
+// item against its item size limit (-I); client flags add 4 more bytes.
+// Counting the same way makes the largest value accepted the same as
+// memcached's, byte for byte.
+const itemHeader = 59
+
+// tooLarge reports whether an item would exceed the item size limit.
+func (s *Server) tooLarge(key []byte, flags uint32, data []byte) bool {
+	n := len(key) + len(data) + itemHeader
+	if flags != 0 {
+		n += 4
+	}
+	return n > s.cfg.MaxItemSize
+}
+
+// refuseTooLarge answers an item over the size limit. Like memcached, a set
+// that cannot be stored removes the key's old value, so that readers do not
+// keep seeing data the client meant to replace.
+func (c *conn) refuseTooLarge(req *protocol.Request, dropOld bool) {
+	if dropOld {
+		c.srv.store.Delete(string(req.Key))
+		c.written(req.Key)
+	}
+	if !req.Noreply || req.Command == protocol.CmdMetaSet {
+		c.w.Error(protocol.ErrTooLarge)
+	}
+}
+
+// storeReply maps a store error to its reply word, in one place.
+func (c *conn) storeReply(req *protocol.Request, err error, ok protocol.Status) {
+	switch {
+	case err == nil:
+		c.reply(req, ok)
+	case errors.Is(err, store.ErrNotStored):
+		c.reply(req, protocol.NotStored)
+	case errors.Is(err, store.ErrExists):
+		c.reply(req, protocol.Exists)
+	case errors.Is(err, store.ErrNotFound):
+		c.reply(req, protocol.NotFound)
+	case errors.Is(err, store.ErrNotNumber):
+		if !req.Noreply {
+			c.w.Error(protocol.ClientError(store.ErrNotNumber.Error()))
+		}
+	default:
+		c.w.Error(protocol.ServerError(err.Error()))
+	}
+}
+
+// delete <key> [noreply]
+func (c *conn) delete(req *protocol.Request) {
+	err := c.srv.store.Delete(string(req.Key))
+	c.written(req.Key)
+	if err == nil {
+		c.local.deleteHits++
+	} else {
+		c.local.deleteMisses++
+	}
+	c.storeReply(req, err, protocol.Deleted)
+}
+
+// incr <key> <value> [noreply]
+// decr <key> <value> [noreply]
+func (c *conn) incr(req *protocol.Request) {
+	decr := req.Command == protocol.CmdDecr
+	n, err := c.srv.store.Incr(string(req.Key), req.Delta, decr)
+	switch {
+	case err == nil && decr:
+		c.local.decrHits++
+	case err == nil:
+		c.local.incrHits++
+	case errors.Is(err, store.ErrNotFound) && decr:
+		c.local.decrMisses++
+	case errors.Is(err, store.ErrNotFound):
+		c.local.incrMisses++
+	}
+	if err != nil {
+		c.storeReply(req, err, protocol.Stored)
+		return
+	}
+	c.written(req.Key)
+	if !req.Noreply {
+		c.w.Uint(n)
+	}
+}
+
+// touch <key> <exptime> [noreply]
+func (c *conn) touch(req *protocol.Request) {
+	c.local.cmdTouch++
+	_, err := c.srv.store.Touch(string(req.Key), store.ExpiresAt(req.Exptime, c.now()))
+	if err == nil {
+		c.written(req.Key)
+		c.local.touchHits++
+	} else {
+		c.local.touchMisses++
+	}
+	c.storeReply(req, err, protocol.Touched)
+}
+
+// stats [settings|reset|<other>]
+func (c *conn) stats(req *protocol.Request) {
+	if len(req.Args) == 0 {
+		c.writeStats()
+		return
+	}
+	switch string(req.Args[0]) {
+	case "settings":
+		c.writeSettings()
+	case "reset":
+		c.srv.resetStats()
+		c.w.Line("RESET")
+	case "detail":
+		c.w.Error(protocol.ClientError("usage: stats detail on|off|dump"))
+	case "cluster":
+		c.writeClusterStats()
+	default:
+		c.w.Error(protocol.ErrUnknownCommand)
+	}
+}

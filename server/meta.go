@@ -1,0 +1,495 @@
+package server
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"time"
+
+	"spillway/protocol"
+	"spillway/store"
+)
+
+// The meta commands (mg ms md ma me) answer with a two-letter code followed
+// by the flags the client asked to see back, in the order it asked for them,
+// as memcached does.
+
+// mg <key> <flag>*
+func (c *conn) metaGet(req *protocol.Request) {
+	m := &req.Meta
+	st := c.srv.store
+	key := string(req.Key)
+	touch := m.Flags.Has('T')
+	if touch {
+		c.local.cmdTouch++
+	} else {
+		c.local.cmdGet++
+	}
+
+	var it store.Item
+	var ok, routed bool
+	if c.peer {
+		it, ok, routed = c.peerRead(req)
+	} else if c.srv.routed() && !touch && !m.Flags.Has('N') {
+		var res [1]readResult
+		c.readKeys([][]byte{req.Key}, res[:])
+		it, ok, routed = res[0].it, res[0].found, true
+	}
+	if !routed {
+		it, ok = st.Get(key)
+	}
+	created, won := false, false
+	// Writes on read: a new TTL, autovivify on miss, or handing out the
+	// single W token of a stale item. Only these take the key's lock.
+	if !routed && (touch || (!ok && m.Flags.Has('N')) || (ok && it.Stale && !it.Won)) {
+		var err error
+		it, err = st.Update(key, func(cur store.Item, found bool) (store.Item, bool, error) {
+			created, won = false, false
+			if !found {
+				if !m.Flags.Has('N') {
+					return cur, false, store.ErrNotFound
+				}
+				cur = store.Item{Key: key, Value: []byte{}, Expires: store.ExpiresAt(m.Vivify, c.now())}
+				created, won = true, true
+			}
+			if touch {
+				cur.Expires = store.ExpiresAt(m.TTL, c.now())
+			}
+			if cur.Stale && !cur.Won {
+				won = true
+			}
+			if won {
+				cur.Won = true
+			}
+			return cur, true, nil
+		})
+		ok = err == nil
+		if ok && !created && won && !it.Stale {
+			won = false
+		}
+		if ok {
+			c.written(req.Key)
+		}
+	}
+	if !ok {
+		if touch {
+			c.local.touchMisses++
+		} else {
+			c.local.getMisses++
+		}
+		if !m.Flags.Has('q') {
+			c.w.MetaStart("EN")
+			c.metaEcho(req, nil)
+			c.w.MetaEnd(nil)
+		}
+		return
+	}
+	if touch {
+		c.local.touchHits++
+	} else {
+		c.local.getHits++
+	}
+	if m.Flags.Has('v') {
+		c.w.MetaValueStart(len(it.Value))
+	} else {
+		c.w.MetaStart("HD")
+	}
+	c.metaEcho(req, &it)
+	// A client that already won the right to refresh the item sees Z; a
+	// stale item says X, and the first fetch after it went stale wins W.
+	if it.Won && !won {
+		c.w.MetaFlag('Z')
+	}
+	if it.Stale {
+		c.w.MetaFlag('X')
+	}
+	if won {
+		c.w.MetaFlag('W')
+	}
+	if m.Flags.Has('v') {
+		c.w.MetaEnd(it.Value)
+	} else {
+		c.w.MetaEnd(nil)
+	}
+}
+
+// peerRead serves an mg that another node sent with a peer tag (see
+// cluster.go); routed is false for an untagged mg, which is served as a
+// client's would be.
+func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) {
+	s := c.srv
+	kind, node, isTag := parseTag(req.Meta.Opaque)
+	if !isTag || req.Meta.Flags.Has('T') || s.cl == nil {
+		return it, false, false
+	}
+	key := string(req.Key)
+	var r readResult
+	switch kind {
+	case tagForward:
+		if it, ok := s.localGet(key); ok {
+			r = readResult{it, true}
+		} else {
+			r = s.fill(key)
+		}
+		s.counters.served.Add(1)
+	case tagFetch:
+		r = s.fillForPeer(key)
+		if r.found {
+			s.cl.holders.add(key, node, s.cfg.Now(), s.cl.cfg.CopyTTL)
+		}
+	case tagWarm:
+		r.it, r.found = s.localGet(key)
+	default:
+		return it, false, false
+	}
+	return r.it, r.found, true
+}
+
+// metaEcho writes the return flags the request asked for, in its order. With
+// no item (a miss), only the opaque and the key are echoed.
+func (c *conn) metaEcho(req *protocol.Request, it *store.Item) {
+	m := &req.Meta
+	for _, f := range m.Order() {
+		switch f {
+		case 'O':
+			c.w.MetaBytes('O', m.Opaque)
+		case 'k':
+			c.metaKey(req)
+		}
+		if it == nil {
+			continue
+		}
+		switch f {
+		case 's':
+			c.w.MetaInt('s', int64(len(it.Value)))
+		case 't':
+			c.w.MetaInt('t', c.ttl(it.Expires))
+		case 'c':
+			c.w.MetaUint('c', it.CAS)
+		case 'f':
+			c.w.MetaUint('f', uint64(it.Flags))
+		case 'l':
+			c.w.MetaInt('l', 0)
+		case 'h':
+			c.w.MetaInt('h', 0)
+		}
+	}
+}
+
+// metaKey echoes the key, base64-encoded again if the client sent it so.
+// memcached 1.6.18's mg echoes the decoded key, without b; the other meta
+// commands encode it again. Spillway answers as memcached does.
+func (c *conn) metaKey(req *protocol.Request) {
+	c.w.MetaKey(req.Key, req.Meta.Flags.Has('b') && req.Command != protocol.CmdMetaGet)
+}
+
+// ttl is the remaining lifetime in whole seconds as mg's t flag reports it:
+// -1 for an item that never expires.
+func (c *conn) ttl(exp time.Time) int64 {
+	if exp.IsZero() {
+		return -1
+	}
+	d := exp.Sub(c.now())
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Round(d.Seconds()))
+}
+
+// ms <key> <datalen> <flag>*
+func (c *conn) metaSet(req *protocol.Request) {
+	m := &req.Meta
+	c.local.cmdSet++
+	st := c.srv.store
+	if c.srv.tooLarge(req.Key, m.ClientFlags, req.Data) {
+		c.refuseTooLarge(req, true)
+		return
+	}
+	it := store.Item{
+		Key:     string(req.Key),
+		Value:   req.Data,
+		Flags:   m.ClientFlags,
+		Expires: store.ExpiresAt(m.TTL, c.now()),
+		CAS:     m.CAS,
+	}
+	hasCAS := m.Flags.Has('C')
+	var cas uint64
+	var err error
+	switch mode := m.Mode; {
+	case mode == 'E':
+		cas, err = st.Add(it)
+	case mode == 'A' || mode == 'P':
+		cas, err = c.metaConcat(it, hasCAS, mode == 'P')
+	case hasCAS && m.Flags.Has('I'):
+		cas, err = c.metaSetInvalidate(it, mode == 'R')
+	case hasCAS:
+		cas, err = st.CompareAndSwap(it)
+	case mode == 'R':
+		cas, err = st.Replace(it)
+	default:
+		cas = st.Set(it)
+	}
+	if err == nil {
+		c.written(req.Key)
+	}
+	code := metaCode(err)
+	if code == "HD" && m.Flags.Has('q') {
+		return
+	}
+	if code == "" {
+		c.storeReply(req, err, protocol.Stored)
+		return
+	}
+	c.w.MetaStart(code)
+	for _, f := range m.Order() {
+		switch f {
+		case 'O':
+			c.w.MetaBytes('O', m.Opaque)
+		case 'k':
+			c.metaKey(req)
+		case 'c':
+			c.w.MetaUint('c', cas)
+		}
+	}
+	c.w.MetaEnd(nil)
+}
+
+// metaConcat appends or prepends, checking the CAS unique first if given.
+func (c *conn) metaConcat(it store.Item, hasCAS, prepend bool) (uint64, error) {
+	next, err := c.srv.store.Update(it.Key, func(cur store.Item, ok bool) (store.Item, bool, error) {
+		if !ok {
+			return cur, false, store.ErrNotStored
+		}
+		if hasCAS && cur.CAS != it.CAS {
+			return cur, false, store.ErrExists
+		}
+		v := make([]byte, 0, len(cur.Value)+len(it.Value))
+		if prepend {
+			v = append(append(v, it.Value...), cur.Value...)
+		} else {
+			v = append(append(v, cur.Value...), it.Value...)
+		}
+		cur.Value = v
+		return cur, true, nil
+	})
+	return next.CAS, err
+}
+
+// metaSetInvalidate is ms with C and I: a write whose CAS unique is older
+// than the item's is still stored, but marked stale, so readers know to
+// refresh it.
+func (c *conn) metaSetInvalidate(it store.Item, replace bool) (uint64, error) {
+	next, err := c.srv.store.Update(it.Key, func(cur store.Item, ok bool) (store.Item, bool, error) {
+		if !ok {
+			return cur, false, store.ErrNotFound
+		}
+		switch {
+		case cur.CAS == it.CAS:
+		case it.CAS < cur.CAS:
+			it.Stale = true
+			it.Expires = cur.Expires
+		default:
+			return cur, false, store.ErrExists
+		}
+		return it, true, nil
+	})
+	_ = replace
+	return next.CAS, err
+}
+
+// metaCode maps a store error to a meta reply code; "" means the error has a
+// full memcached error line instead.
+func metaCode(err error) string {
+	switch {
+	case err == nil:
+		return "HD"
+	case errors.Is(err, store.ErrNotStored):
+		return "NS"
+	case errors.Is(err, store.ErrExists):
+		return "EX"
+	case errors.Is(err, store.ErrNotFound):
+		return "NF"
+	}
+	return ""
+}
+
+// md <key> <flag>*
+func (c *conn) metaDelete(req *protocol.Request) {
+	m := &req.Meta
+	key := string(req.Key)
+	if kind, _, ok := parseTag(m.Opaque); ok && kind == tagInval && c.peer && c.srv.cl != nil {
+		// The owner invalidates the copy this node holds.
+		if c.srv.cl.copies.Delete(key) == nil {
+			c.w.Line("HD")
+		} else {
+			c.w.Line("NF")
+		}
+		return
+	}
+	var err error
+	if m.Flags.Has('I') || m.Flags.Has('C') {
+		_, err = c.srv.store.Update(key, func(cur store.Item, ok bool) (store.Item, bool, error) {
+			if !ok {
+				return cur, false, store.ErrNotFound
+			}
+			if m.Flags.Has('C') && cur.CAS != m.CAS {
+				return cur, false, store.ErrExists
+			}
+			if !m.Flags.Has('I') {
+				return cur, false, errDeleteNow
+			}
+			// Invalidate: keep the item for stale reads, and let the next
+			// reader win the right to refresh it.
+			cur.Stale, cur.Won = true, false
+			if m.Flags.Has('T') {
+				cur.Expires = store.ExpiresAt(m.TTL, c.now())
+			}
+			return cur, true, nil
+		})
+		if errors.Is(err, errDeleteNow) {
+			err = c.srv.store.Delete(key)
+		}
+	} else {
+		err = c.srv.store.Delete(key)
+	}
+	if err == nil {
+		c.written(req.Key)
+		c.local.deleteHits++
+	} else {
+		c.local.deleteMisses++
+	}
+	code := metaCode(err)
+	if code == "HD" && m.Flags.Has('q') {
+		return
+	}
+	c.w.MetaStart(code)
+	c.metaEcho(req, nil)
+	c.w.MetaEnd(nil)
+}
+
+// errDeleteNow tells metaDelete that the CAS matched and a plain delete
+// follows.
+var errDeleteNow = errors.New("delete")
+
+// ma <key> <flag>*
+func (c *conn) metaArith(req *protocol.Request) {
+	m := &req.Meta
+	key := string(req.Key)
+	decr := m.Mode == 'D'
+	delta := m.Delta
+	created := false
+	it, err := c.srv.store.Update(key, func(cur store.Item, ok bool) (store.Item, bool, error) {
+		created = false
+		if !ok {
+			if !m.Flags.Has('N') {
+				return cur, false, store.ErrNotFound
+			}
+			created = true
+			cur = store.Item{Key: key, Expires: store.ExpiresAt(m.Vivify, c.now())}
+			cur.Value = strconv.AppendUint(nil, m.Initial, 10)
+			return cur, true, nil
+		}
+		if m.Flags.Has('C') && cur.CAS != m.CAS {
+			return cur, false, store.ErrExists
+		}
+		n, err := store.ParseCounter(cur.Value)
+		if err != nil {
+			return cur, false, err
+		}
+		switch {
+		case !decr:
+			n += delta // wraps at 2^64, as memcached's incr does
+		case delta > n:
+			n = 0
+		default:
+			n -= delta
+		}
+		cur.Value = strconv.AppendUint(nil, n, 10)
+		if m.Flags.Has('T') {
+			cur.Expires = store.ExpiresAt(m.TTL, c.now())
+		}
+		return cur, true, nil
+	})
+	switch {
+	case err == nil && decr:
+		c.local.decrHits++
+	case err == nil:
+		c.local.incrHits++
+	case errors.Is(err, store.ErrNotFound) && decr:
+		c.local.decrMisses++
+	case errors.Is(err, store.ErrNotFound):
+		c.local.incrMisses++
+	}
+	if err == nil {
+		c.written(req.Key)
+	}
+	code := metaCode(err)
+	if code == "" {
+		c.storeReply(req, err, protocol.Stored)
+		return
+	}
+	if err != nil {
+		c.w.MetaStart(code)
+		c.metaEcho(req, nil)
+		c.w.MetaEnd(nil)
+		return
+	}
+	// memcached's q hides a nominal ma reply, but not the one for an item
+	// it has just created.
+	if m.Flags.Has('q') && !created {
+		return
+	}
+	if m.Flags.Has('v') {
+		c.w.MetaValueStart(len(it.Value))
+	} else {
+		c.w.MetaStart("HD")
+	}
+	for _, f := range m.Order() {
+		switch f {
+		case 'c':
+			c.w.MetaUint('c', it.CAS)
+		case 't':
+			c.w.MetaInt('t', c.ttl(it.Expires))
+		case 'O':
+			c.w.MetaBytes('O', m.Opaque)
+		case 'k':
+			c.metaKey(req)
+		}
+	}
+	if m.Flags.Has('v') {
+		c.w.MetaEnd(it.Value)
+	} else {
+		c.w.MetaEnd(nil)
+	}
+}
+
+// me <key>
+func (c *conn) metaDebug(req *protocol.Request) {
+	it, ok := c.srv.store.Get(string(req.Key))
+	if !ok {
+		c.w.Line("EN")
+		return
+	}
+	exp := int64(-1)
+	if !it.Expires.IsZero() {
+		// memcached 1.6.18 prints the remaining TTL negated; clients that
+		// parse me compare against it, so keep its sign.
+		exp = -c.ttl(it.Expires)
+	}
+	fetch := "no"
+	if false {
+		fetch = "yes"
+	}
+	size := len(req.Key) + len(it.Value) + itemHeader
+	if it.Flags != 0 {
+		size += 4
+	}
+	line := "ME " + string(req.Key) +
+		" exp=" + strconv.FormatInt(exp, 10) +
+		" la=0" +
+		" cas=" + strconv.FormatUint(it.CAS, 10) +
+		" fetch=" + fetch +
+		" cls=1" +
+		" size=" + strconv.Itoa(size)
+	c.w.Line(line)
+}

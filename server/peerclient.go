@@ -1,0 +1,242 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"spillway/store"
+)
+
+// peerClient is a pool of connections to one peer's peer port.
+//
+// Peers speak memcached's text protocol to each other, but not through
+// gomemcache: forwarding needs meta commands (mg returns flags, CAS and the
+// remaining TTL in one reply) and must pass a client's CAS unique on, which
+// gomemcache keeps unexported. It is safe for concurrent use.
+type peerClient struct {
+	addr    string
+	timeout time.Duration
+	maxIdle int
+
+	mu     sync.Mutex
+	idle   []*peerConn // guarded by mu
+	closed bool        // guarded by mu
+}
+
+type peerConn struct {
+	nc net.Conn
+	r  *bufio.Reader
+	w  *bufio.Writer
+}
+
+func newPeerClient(addr string, timeout time.Duration, maxIdle int) *peerClient {
+	return &peerClient{addr: addr, timeout: timeout, maxIdle: maxIdle}
+}
+
+func (p *peerClient) conn() (*peerConn, error) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		pc := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return pc, nil
+	}
+	p.mu.Unlock()
+	nc, err := net.DialTimeout("tcp", p.addr, p.timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &peerConn{nc: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10)}, nil
+}
+
+// release returns a healthy connection to the pool; a failed one is closed,
+// since its stream may hold half a reply.
+func (p *peerClient) release(pc *peerConn, err error) {
+	if err == nil {
+		p.mu.Lock()
+		if !p.closed && len(p.idle) < p.maxIdle {
+			p.idle = append(p.idle, pc)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+	pc.nc.Close()
+}
+
+func (p *peerClient) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, pc := range p.idle {
+		pc.nc.Close()
+	}
+	p.idle = nil
+}
+
+// do runs one exchange on a pooled connection with the client's timeout.
+func (p *peerClient) do(fn func(pc *peerConn) error) error {
+	pc, err := p.conn()
+	if err != nil {
+		return err
+	}
+	pc.nc.SetDeadline(time.Now().Add(p.timeout))
+	err = fn(pc)
+	if err == nil {
+		err = pc.w.Flush()
+	}
+	p.release(pc, err)
+	return err
+}
+
+// fetched is an item read from a peer, with its remaining lifetime.
+type fetched struct {
+	item  store.Item
+	found bool
+}
+
+// fetch reads keys from the peer with one pipelined batch of mg requests.
+// tag travels as the opaque token: it says what kind of read this is and
+// who asks (see peerTag).
+func (p *peerClient) fetch(keys []string, tag string, now time.Time) ([]fetched, error) {
+	return p.fetchWith(keys, tag, "", now)
+}
+
+// fetchWith is fetch with extra mg flags (" T30" touches, for gat).
+func (p *peerClient) fetchWith(keys []string, tag, extra string, now time.Time) ([]fetched, error) {
+	out := make([]fetched, len(keys))
+	err := p.do(func(pc *peerConn) error {
+		for _, k := range keys {
+			pc.w.WriteString("mg ")
+			pc.w.WriteString(k)
+			pc.w.WriteString(" v f c t O")
+			pc.w.WriteString(tag)
+			pc.w.WriteString(extra)
+			pc.w.WriteString("\r\n")
+		}
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		for i := range keys {
+			f, err := readMetaValue(pc.r, keys[i], now)
+			if err != nil {
+				return err
+			}
+			out[i] = f
+		}
+		return nil
+	})
+	return out, err
+}
+
+// readMetaValue parses "VA <n> f<flags> c<cas> t<ttl> O<tag>\r\n<data>\r\n"
+// or "EN\r\n".
+func readMetaValue(r *bufio.Reader, key string, now time.Time) (fetched, error) {
+	line, err := readLine(r)
+	if err != nil {
+		return fetched{}, err
+	}
+	if bytes.HasPrefix(line, []byte("EN")) {
+		return fetched{}, nil
+	}
+	if !bytes.HasPrefix(line, []byte("VA ")) {
+		return fetched{}, peerReplyError(line)
+	}
+	fields := bytes.Fields(line[3:])
+	if len(fields) == 0 {
+		return fetched{}, fmt.Errorf("peer: malformed reply %q", line)
+	}
+	n, err := strconv.Atoi(string(fields[0]))
+	if err != nil || n < 0 {
+		return fetched{}, fmt.Errorf("peer: malformed reply %q", line)
+	}
+	it := store.Item{Key: key}
+	for _, f := range fields[1:] {
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case 'f':
+			v, _ := strconv.ParseUint(string(f[1:]), 10, 32)
+			it.Flags = uint32(v)
+		case 'c':
+			it.CAS, _ = strconv.ParseUint(string(f[1:]), 10, 64)
+		case 't':
+			ttl, _ := strconv.ParseInt(string(f[1:]), 10, 64)
+			if ttl >= 0 {
+				it.Expires = now.Add(time.Duration(ttl) * time.Second)
+			}
+		}
+	}
+	it.Value = make([]byte, n+2)
+	if _, err := io.ReadFull(r, it.Value); err != nil {
+		return fetched{}, err
+	}
+	if !bytes.HasSuffix(it.Value, []byte("\r\n")) {
+		return fetched{}, fmt.Errorf("peer: value of %q not terminated", key)
+	}
+	it.Value = it.Value[:n]
+	return fetched{item: it, found: true}, nil
+}
+
+// exchange sends one request (line, and data when it has any) and returns
+// the reply line and, for a VA reply, its value: what a forwarded write
+// needs to relay.
+func (p *peerClient) exchange(line, data []byte) (reply, value []byte, err error) {
+	err = p.do(func(pc *peerConn) error {
+		pc.w.Write(line)
+		pc.w.WriteString("\r\n")
+		if data != nil {
+			pc.w.Write(data)
+			pc.w.WriteString("\r\n")
+		}
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		l, err := readLine(pc.r)
+		if err != nil {
+			return err
+		}
+		reply = append([]byte(nil), l...)
+		if !bytes.HasPrefix(reply, []byte("VA ")) {
+			return nil
+		}
+		f := bytes.Fields(reply[3:])
+		n := -1
+		if len(f) > 0 {
+			n, _ = strconv.Atoi(string(f[0]))
+		}
+		if n < 0 {
+			return fmt.Errorf("peer: malformed reply %q", reply)
+		}
+		value = make([]byte, n+2)
+		if _, err := io.ReadFull(pc.r, value); err != nil {
+			return err
+		}
+		value = value[:n]
+		return nil
+	})
+	return reply, value, err
+}
+
+func readLine(r *bufio.Reader) ([]byte, error) {
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r")), nil
+}
+
+// errPeerReply is a reply line that is neither a value nor a miss.
+var errPeerReply = errors.New("peer: unexpected reply")
+
+func peerReplyError(line []byte) error {
+	return fmt.Errorf("%w %q", errPeerReply, line)
+}

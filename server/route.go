@@ -1,0 +1,383 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"spillway/store"
+)
+
+// The read path (ARCHITECTURE.md, "Request flow"):
+//
+//  1. The entry node holds the key (owned or a copy): it serves it.
+//  2. Otherwise it picks a node with the bounded-load ring and, if that is
+//     another node, forwards the read there (mg with the fwd tag). A
+//     forwarded read is served where it lands, never forwarded again.
+//  3. The serving node fills a miss once per key (singleflight): the owner
+//     from the previous owner (for a grace period after a membership
+//     change), then the origin; a node the read spilled to, from the owner
+//     (mg with the get tag, which the owner serves from its store or the
+//     origin only), and from the origin only if the owner fails.
+
+// readResult is the outcome of one key's read.
+type readResult struct {
+	it    store.Item
+	found bool
+}
+
+// localGet looks in the owned store, then in the copies.
+func (s *Server) localGet(key string) (store.Item, bool) {
+	if it, ok := s.store.Get(key); ok {
+		return it, true
+	}
+	if s.cl != nil {
+		return s.cl.copies.Get(key)
+	}
+	return store.Item{}, false
+}
+
+// routed reports whether reads may need more than the local store.
+func (s *Server) routed() bool { return s.cl != nil || s.origin != nil }
+
+// readKeys answers the keys of a client's get at this entry node, in
+// order. Keys held here are served at once; the others are grouped by the
+// node the picker chooses, and each group is fetched in one pipelined batch,
+// the groups in parallel.
+func (c *conn) readKeys(keys [][]byte, out []readResult) {
+	s := c.srv
+	type group struct {
+		idx      []int
+		keys     []string
+		releases []func()
+		primary  []bool
+	}
+	var groups map[string]*group
+	for i, k := range keys {
+		key := string(k)
+		if it, ok := s.localGet(key); ok {
+			out[i] = readResult{it, true}
+			_, owned := s.ownerOf(key)
+			s.countServed(s.selfID(), owned, true)
+			continue
+		}
+		if s.cl == nil {
+			out[i] = s.fill(key)
+			s.countServed("", true, true)
+			continue
+		}
+		id, primary, release, err := s.cl.picker.Pick(key)
+		if err != nil || id == s.cl.self {
+			out[i] = s.fill(key)
+			if release != nil {
+				release()
+			}
+			s.countServed(s.cl.self, primary || err != nil, true)
+			continue
+		}
+		if groups == nil {
+			groups = make(map[string]*group)
+		}
+		g := groups[id]
+		if g == nil {
+			g = &group{}
+			groups[id] = g
+		}
+		g.idx = append(g.idx, i)
+		g.keys = append(g.keys, key)
+		g.releases = append(g.releases, release)
+		g.primary = append(g.primary, primary)
+	}
+	if len(groups) == 0 {
+		return
+	}
+	v := s.cl.view.Load()
+	var wg sync.WaitGroup
+	for id, g := range groups {
+		wg.Go(func() {
+			defer func() {
+				for _, r := range g.releases {
+					r()
+				}
+			}()
+			pc := v.clients[id]
+			var res []fetched
+			err := errNoPeer
+			if pc != nil {
+				res, err = pc.fetch(g.keys, s.cl.tag(tagForward), s.cfg.Now())
+			}
+			s.metrics.forwarded.Add(float64(len(g.keys)))
+			s.counters.forwarded.Add(uint64(len(g.keys)))
+			for j, i := range g.idx {
+				if err != nil {
+					// The chosen node did not answer: serve it here
+					// rather than fail the client.
+					s.counters.peerErrors.Add(1)
+					out[i] = s.fill(g.keys[j])
+					s.countServed(s.cl.self, false, true)
+					continue
+				}
+				out[i] = readResult{res[j].item, res[j].found}
+				s.countServed(id, g.primary[j], false)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+var errNoPeer = errors.New("no connection to that node")
+
+// selfID is this node's ID, or "" for a single node.
+func (s *Server) selfID() string {
+	if s.cl == nil {
+		return ""
+	}
+	return s.cl.self
+}
+
+// fill serves a key this node does not hold, once per key at a time.
+func (s *Server) fill(key string) readResult {
+	v, _, shared := s.flights.Do(key, func() (any, error) {
+		// Another flight may have filled the key between our miss and
+		// this flight starting: look again before going further.
+		if it, ok := s.localGet(key); ok {
+			return readResult{it, true}, nil
+		}
+		if s.cl == nil {
+			return s.loadOrigin(key, true), nil
+		}
+		now := s.cfg.Now()
+		v := s.cl.view.Load()
+		owner := v.ring.Owner(key)
+		if owner == s.cl.self || owner == "" {
+			return s.fillOwned(key, v, now), nil
+		}
+		s.counters.spilledServed.Add(1)
+		if pc := v.clients[owner]; pc != nil {
+			res, err := pc.fetch([]string{key}, s.cl.tag(tagFetch), now)
+			s.counters.peerFetches.Add(1)
+			s.metrics.peerFetches.Inc()
+			if err == nil {
+				if !res[0].found {
+					return readResult{}, nil
+				}
+				s.putCopy(res[0].item, now)
+				return readResult{res[0].item, true}, nil
+			}
+			s.counters.peerErrors.Add(1)
+			s.cfg.Logger.Debug("read-through failed; trying the origin", "key", key, "owner", owner, "err", err)
+		}
+		return s.loadOrigin(key, false), nil
+	})
+	if shared {
+		s.counters.merged.Add(1)
+		s.metrics.merged.Inc()
+	}
+	return v.(readResult)
+}
+
+// fillOwned fills a key this node owns: from its previous owner during the
+// grace period after a membership change, then from the origin.
+func (s *Server) fillOwned(key string, v *view, now time.Time) readResult {
+	if prev := v.previousOwner(key, s.cl.self, now); prev != "" {
+		if pc := v.clients[prev]; pc != nil {
+			res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
+			s.counters.peerFetches.Add(1)
+			s.metrics.peerFetches.Inc()
+			if err == nil && res[0].found {
+				it := res[0].item
+				it.CAS = s.store.Set(it)
+				return readResult{it, true}
+			}
+		}
+	}
+	return s.loadOrigin(key, true)
+}
+
+// fillForPeer serves a read-through from a node the key spilled to: from
+// the store, or from the origin if this node owns the key. It never asks
+// another peer, so read-throughs cannot chain.
+func (s *Server) fillForPeer(key string) readResult {
+	if it, ok := s.localGet(key); ok {
+		return readResult{it, true}
+	}
+	if s.cl == nil || s.cl.view.Load().ring.Owner(key) != s.cl.self {
+		return readResult{}
+	}
+	v, _, shared := s.flights.Do(key, func() (any, error) {
+		if it, ok := s.localGet(key); ok {
+			return readResult{it, true}, nil
+		}
+		return s.loadOrigin(key, true), nil
+	})
+	if shared {
+		s.counters.merged.Add(1)
+		s.metrics.merged.Inc()
+	}
+	return v.(readResult)
+}
+
+// putCopy keeps an item owned elsewhere for at most the copy TTL, and
+// never beyond the item's own expiry.
+func (s *Server) putCopy(it store.Item, now time.Time) {
+	limit := now.Add(s.cl.cfg.CopyTTL)
+	if it.Expires.IsZero() || it.Expires.After(limit) {
+		it.Expires = limit
+	}
+	s.cl.copies.Put(it)
+}
+
+// loadOrigin loads key from the origin, with a timeout and at most
+// OriginConcurrency loads at once, and keeps it: owned, or as a copy.
+func (s *Server) loadOrigin(key string, owned bool) readResult {
+	if s.origin == nil {
+		return readResult{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OriginTimeout)
+	defer cancel()
+	select {
+	case s.originSem <- struct{}{}:
+	case <-ctx.Done():
+		s.counters.originErrors.Add(1)
+		return readResult{}
+	}
+	s.counters.originFetches.Add(1)
+	s.metrics.originFetches.Inc()
+	it, err := s.origin.Load(ctx, key)
+	<-s.originSem
+	if err != nil {
+		if !errors.Is(err, ErrOriginMiss) {
+			s.counters.originErrors.Add(1)
+			s.cfg.Logger.Warn("origin load failed", "key", key, "err", err)
+		}
+		return readResult{}
+	}
+	it.Key = key
+	if owned {
+		it.CAS = s.store.Set(it)
+	} else {
+		it.CAS = 0
+		s.putCopy(it, s.cfg.Now())
+		if got, ok := s.cl.copies.Get(key); ok {
+			it = got
+		}
+	}
+	return readResult{it, true}
+}
+
+// ownerOf returns the node that owns key, and whether that is this node.
+func (s *Server) ownerOf(key string) (string, bool) {
+	if s.cl == nil {
+		return "", true
+	}
+	o := s.cl.view.Load().ring.Owner(key)
+	return o, o == s.cl.self || o == ""
+}
+
+// forward sends a write to the key's owner and returns its reply line. The
+// entry node's own copy of the key is dropped: it is about to be stale.
+func (s *Server) forward(owner, key string, line, data []byte) (reply, value []byte, err error) {
+	s.cl.copies.Delete(key)
+	pc := s.cl.view.Load().clients[owner]
+	if pc == nil {
+		return nil, nil, errNoPeer
+	}
+	s.counters.forwardedWrites.Add(1)
+	reply, value, err = pc.exchange(line, data)
+	if err != nil {
+		s.counters.peerErrors.Add(1)
+	}
+	return reply, value, err
+}
+
+// invalidate drops the copies other nodes hold of key, after a write here.
+// It waits at most InvalidateTimeout; a copy whose invalidation is lost
+// lives no longer than the copy TTL.
+func (s *Server) invalidate(key string) {
+	if s.cl == nil {
+		return
+	}
+	s.cl.copies.Delete(key)
+	now := s.cfg.Now()
+	nodes := s.cl.holders.take(key, now, s.cl.cfg.CopyTTL)
+	if len(nodes) == 0 {
+		return
+	}
+	v := s.cl.view.Load()
+	line := []byte("md " + key + " O" + s.cl.tag(tagInval))
+	done := make(chan struct{}, len(nodes))
+	sent := 0
+	for _, h := range nodes {
+		pc := v.clients[v.byHash[h]]
+		if pc == nil {
+			continue
+		}
+		sent++
+		s.counters.invalidations.Add(1)
+		go func() {
+			if _, _, err := pc.exchange(line, nil); err != nil {
+				s.counters.peerErrors.Add(1)
+			}
+			done <- struct{}{}
+		}()
+	}
+	timer := time.NewTimer(s.cl.cfg.InvalidateTimeout)
+	defer timer.Stop()
+	for range sent {
+		select {
+		case <-done:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// broadcast sends line to every other node and waits for their replies, for
+// flush_all.
+func (s *Server) broadcast(line string) {
+	if s.cl == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, pc := range s.cl.view.Load().clients {
+		wg.Go(func() {
+			if _, _, err := pc.exchange([]byte(line), nil); err != nil {
+				s.counters.peerErrors.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// parseTag splits an opaque peer tag into its kind and the asking node.
+func parseTag(opaque []byte) (kind string, node uint64, ok bool) {
+	if len(opaque) < 5 || opaque[3] != '.' {
+		return "", 0, false
+	}
+	kind = string(opaque[:4])
+	switch kind {
+	case tagForward, tagFetch, tagWarm, tagInval:
+	default:
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(string(opaque[4:]), 36, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return kind, n, true
+}
+
+// relay writes a peer's reply line to the client, or a clear error when
+// the owner could not be reached.
+func (c *conn) relay(reply []byte, err error, noreply bool) {
+	if err != nil {
+		c.w.Line("SERVER_ERROR owner unreachable: " + strings.ReplaceAll(err.Error(), "\r\n", " "))
+		return
+	}
+	if !noreply {
+		c.w.Line(string(reply))
+	}
+}

@@ -1,0 +1,225 @@
+package server
+
+import (
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"spillway/protocol"
+)
+
+// counters are the per-command statistics of memcached's "stats" reply.
+// A connection keeps its own and adds them to the server's once per batch.
+type counters struct {
+	cmdGet, cmdSet, cmdFlush, cmdTouch, cmdMeta   uint64
+	getHits, getMisses                            uint64
+	deleteHits, deleteMisses                      uint64
+	incrHits, incrMisses, decrHits, decrMisses    uint64
+	casHits, casMisses, casBadval                 uint64
+	touchHits, touchMisses                        uint64
+	bytesRead, bytesWritten                       uint64
+	dirty                                         bool
+}
+
+func (c *counters) add(o *counters) {
+	c.cmdGet += o.cmdGet
+	c.cmdSet += o.cmdSet
+	c.cmdFlush += o.cmdFlush
+	c.cmdTouch += o.cmdTouch
+	c.cmdMeta += o.cmdMeta
+	c.getHits += o.getHits
+	c.getMisses += o.getMisses
+	c.deleteHits += o.deleteHits
+	c.deleteMisses += o.deleteMisses
+	c.incrHits += o.incrHits
+	c.incrMisses += o.incrMisses
+	c.decrHits += o.decrHits
+	c.decrMisses += o.decrMisses
+	c.casHits += o.casHits
+	c.casMisses += o.casMisses
+	c.casBadval += o.casBadval
+	c.touchHits += o.touchHits
+	c.touchMisses += o.touchMisses
+	c.bytesRead += o.bytesRead
+	c.bytesWritten += o.bytesWritten
+}
+
+// stats holds the node's totals.
+type stats struct {
+	mu    sync.Mutex
+	total counters // guarded by mu
+
+	currConns, totalConns, rejectedConns atomic.Int64
+}
+
+// flushStats adds the connection's counters to the server's.
+func (c *conn) flushStats() {
+	c.local.bytesRead, c.counted.read = c.local.bytesRead+c.counted.read, 0
+	c.local.bytesWritten, c.counted.written = c.local.bytesWritten+c.counted.written, 0
+	if !c.local.dirty && c.local.bytesRead == 0 && c.local.bytesWritten == 0 {
+		return
+	}
+	st := &c.srv.stats
+	st.mu.Lock()
+	st.total.add(&c.local)
+	st.mu.Unlock()
+	c.local = counters{}
+}
+
+func (s *Server) snapshot() counters {
+	s.stats.mu.Lock()
+	defer s.stats.mu.Unlock()
+	return s.stats.total
+}
+
+func (s *Server) resetStats() {
+	s.stats.mu.Lock()
+	s.stats.total = counters{}
+	s.stats.mu.Unlock()
+	s.stats.totalConns.Store(0)
+	s.stats.rejectedConns.Store(0)
+}
+
+// writeStats answers "stats" with memcached's general-purpose fields, in
+// memcached's order, followed by Spillway's own.
+func (c *conn) writeStats() {
+	s := c.srv
+	c.flushStats()
+	t := s.snapshot()
+	st := s.store.Stats()
+	now := s.cfg.Now()
+	w := c.w
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+
+	statUint(w, "pid", uint64(pid))
+	statUint(w, "uptime", uint64(now.Sub(s.start)/time.Second))
+	statUint(w, "time", uint64(now.Unix()))
+	w.Stat("version", Version)
+	w.Stat("libevent", "none")
+	statUint(w, "pointer_size", strconv.IntSize)
+	w.Stat("rusage_user", timeval(ru.Utime))
+	w.Stat("rusage_system", timeval(ru.Stime))
+	statUint(w, "max_connections", uint64(s.cfg.MaxConns))
+	statUint(w, "curr_connections", uint64(s.stats.currConns.Load()))
+	statUint(w, "total_connections", uint64(s.stats.totalConns.Load()))
+	statUint(w, "rejected_connections", uint64(s.stats.rejectedConns.Load()))
+	statUint(w, "connection_structures", uint64(s.stats.currConns.Load()))
+	statUint(w, "cmd_get", t.cmdGet)
+	statUint(w, "cmd_set", t.cmdSet)
+	statUint(w, "cmd_flush", t.cmdFlush)
+	statUint(w, "cmd_touch", t.cmdTouch)
+	statUint(w, "cmd_meta", t.cmdMeta)
+	statUint(w, "get_hits", t.getHits)
+	statUint(w, "get_misses", t.getMisses)
+	statUint(w, "get_expired", 0)
+	statUint(w, "get_flushed", 0)
+	statUint(w, "delete_misses", t.deleteMisses)
+	statUint(w, "delete_hits", t.deleteHits)
+	statUint(w, "incr_misses", t.incrMisses)
+	statUint(w, "incr_hits", t.incrHits)
+	statUint(w, "decr_misses", t.decrMisses)
+	statUint(w, "decr_hits", t.decrHits)
+	statUint(w, "cas_misses", t.casMisses)
+	statUint(w, "cas_hits", t.casHits)
+	statUint(w, "cas_badval", t.casBadval)
+	statUint(w, "touch_hits", t.touchHits)
+	statUint(w, "touch_misses", t.touchMisses)
+	statUint(w, "auth_cmds", 0)
+	statUint(w, "auth_errors", 0)
+	statUint(w, "bytes_read", t.bytesRead)
+	statUint(w, "bytes_written", t.bytesWritten)
+	statUint(w, "limit_maxbytes", uint64(s.cfg.MaxBytes))
+	statUint(w, "accepting_conns", boolUint(!s.closing.Load()))
+	statUint(w, "threads", uint64(runtime.GOMAXPROCS(0)))
+	statUint(w, "conn_yields", 0)
+	statUint(w, "bytes", uint64(st.Bytes))
+	statUint(w, "curr_items", uint64(st.CurrItems))
+	statUint(w, "total_items", uint64(st.TotalItems))
+	statUint(w, "evictions", uint64(st.Evictions))
+	statUint(w, "reclaimed", 0)
+	s.writeClusterCounters(w)
+	w.Status(protocol.End)
+}
+
+// writeClusterCounters adds Spillway's own lines to "stats".
+func (s *Server) writeClusterCounters(w *protocol.Writer) {
+	c := &s.counters
+	nodes, copies := uint64(1), uint64(0)
+	if s.cl != nil {
+		nodes = uint64(s.cl.view.Load().ring.Len())
+		copies = uint64(s.cl.copies.Stats().CurrItems)
+	}
+	statUint(w, "cluster_nodes", nodes)
+	statUint(w, "served", c.served.Load())
+	statUint(w, "forwarded", c.forwarded.Load())
+	statUint(w, "forwarded_writes", c.forwardedWrites.Load())
+	statUint(w, "spilled_served", c.spilledServed.Load())
+	statUint(w, "peer_fetches", c.peerFetches.Load())
+	statUint(w, "peer_errors", c.peerErrors.Load())
+	statUint(w, "origin_fetches", c.originFetches.Load())
+	statUint(w, "origin_errors", c.originErrors.Load())
+	statUint(w, "singleflight_merged", c.merged.Load())
+	statUint(w, "copies", copies)
+	statUint(w, "invalidations", c.invalidations.Load())
+}
+
+// writeClusterStats answers "stats cluster": one group of lines per
+// member, in the style of "stats slabs" (STAT <node>:<field> <value>).
+func (c *conn) writeClusterStats() {
+	w := c.w
+	info := c.srv.ringInfo()
+	w.Stat("self", info.Self)
+	statUint(w, "vnodes", uint64(info.VNodes))
+	w.Stat("epsilon", strconv.FormatFloat(info.Epsilon, 'g', -1, 64))
+	w.Stat("load_mode", info.Load)
+	for _, m := range info.Members {
+		w.Stat(m.ID+":client", m.Client)
+		w.Stat(m.ID+":peer", m.Peer)
+		statUint(w, m.ID+":weight", uint64(m.Weight))
+		w.Stat(m.ID+":share", strconv.FormatFloat(m.Share, 'f', 4, 64))
+		w.Stat(m.ID+":load", strconv.FormatFloat(m.Load, 'f', 1, 64))
+	}
+	w.Status(protocol.End)
+}
+
+// writeSettings answers "stats settings".
+func (c *conn) writeSettings() {
+	s := c.srv
+	w := c.w
+	statUint(w, "maxbytes", uint64(s.cfg.MaxBytes))
+	statUint(w, "maxconns", uint64(s.cfg.MaxConns))
+	statUint(w, "tcpport", 0)
+	statUint(w, "verbosity", uint64(s.verbosity.Load()))
+	w.Stat("evictions", "on")
+	statUint(w, "num_threads", uint64(runtime.GOMAXPROCS(0)))
+	w.Stat("cas_enabled", "yes")
+	statUint(w, "item_size_max", uint64(s.cfg.MaxItemSize))
+	statUint(w, "idle_timeout", uint64(s.cfg.IdleTimeout/time.Second))
+	w.Stat("flush_enabled", "yes")
+	w.Status(protocol.End)
+}
+
+func statUint(w *protocol.Writer, name string, v uint64) {
+	var buf [20]byte
+	w.Stat(name, string(strconv.AppendUint(buf[:0], v, 10)))
+}
+
+func boolUint(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// timeval formats a rusage time as memcached does: seconds.microseconds.
+func timeval(tv syscall.Timeval) string {
+	usec := strconv.FormatInt(int64(tv.Usec), 10)
+	for len(usec) < 6 {
+		usec = "0" + usec
+	}
+	return strconv.FormatInt(int64(tv.Sec), 10) + "." + usec
+}
