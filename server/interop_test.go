@@ -299,10 +299,7 @@ func TestOverlongLineCloses(t *testing.T) {
 
 // TestPymemcache runs Debian's python3-pymemcache against a node.
 func TestPymemcache(t *testing.T) {
-	python := requireTool(t, "/usr/bin/python3", "python3")
-	if err := exec.Command(python, "-c", "import pymemcache").Run(); err != nil {
-		requireTool(t, "pymemcache-module-missing", "python3-pymemcache")
-	}
+	python := requirePythonModule(t, "pymemcache", "python3-pymemcache")
 	addr := startSpillway(t)
 	host, port, _ := net.SplitHostPort(addr)
 	out, err := exec.Command(python, "-c", pymemcacheScript, host, port).CombinedOutput()

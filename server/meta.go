@@ -41,19 +41,27 @@ func (c *conn) metaGet(req *protocol.Request) {
 	created, won := false, false
 	// Writes on read: a new TTL, autovivify on miss, or handing out the
 	// single W token of a stale item. Only these take the key's lock.
-	if !routed && (touch || (!ok && m.Flags.Has('N')) || (ok && it.Stale && !it.Won)) {
+	recache := m.Flags.Has('R') && ok && !it.Won
+	if !routed && (touch || recache || (!ok && m.Flags.Has('N')) || (ok && it.Stale && !it.Won)) {
 		var err error
 		it, err = st.Update(key, func(cur store.Item, found bool) (store.Item, bool, error) {
 			created, won = false, false
+			now := c.now()
 			if !found {
 				if !m.Flags.Has('N') {
 					return cur, false, store.ErrNotFound
 				}
-				cur = store.Item{Key: key, Value: []byte{}, Expires: store.ExpiresAt(m.Vivify, c.now())}
+				cur = store.Item{Key: key, Value: []byte{}, Expires: store.ExpiresAt(m.Vivify, now)}
 				created, won = true, true
 			}
 			if touch {
-				cur.Expires = store.ExpiresAt(m.TTL, c.now())
+				cur.Expires = store.ExpiresAt(m.TTL, now)
+			}
+			// R: the first reader to see the TTL below the recache
+			// threshold wins the right to refresh the item.
+			if m.Flags.Has('R') && !created && !cur.Won && !cur.Expires.IsZero() &&
+				cur.Expires.Before(store.ExpiresAt(m.Recache, now)) {
+				won = true
 			}
 			if cur.Stale && !cur.Won {
 				won = true
@@ -64,10 +72,7 @@ func (c *conn) metaGet(req *protocol.Request) {
 			return cur, true, nil
 		})
 		ok = err == nil
-		if ok && !created && won && !it.Stale {
-			won = false
-		}
-		if ok {
+		if ok && (touch || created) {
 			c.written(req.Key)
 		}
 	}

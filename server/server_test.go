@@ -232,3 +232,9 @@ func waitFor(t testing.TB, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestConformanceSpillway runs the byte-for-byte cases, which
+// TestConformanceMemcached proves against a real memcached, against a node.
+func TestConformanceSpillway(t *testing.T) {
+	runConformance(t, startSpillway(t))
+}
