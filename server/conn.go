@@ -49,7 +49,10 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{srv: s, nc: nc}
 	c.counted.Conn = nc
 	c.counted.c = c
-	c.r = protocol.NewReader(&c.counted, protocol.Limits{MaxItemSize: s.cfg.MaxItemSize})
+	// memcached lets a multi-key get line grow without bound; Spillway
+	// allows one as long as the largest item, so a connection's memory
+	// stays bounded.
+	c.r = protocol.NewReader(&c.counted, protocol.Limits{MaxItemSize: s.cfg.MaxItemSize, MaxGetLine: max(s.cfg.MaxItemSize, protocol.DefaultMaxGetLine)})
 	c.w = protocol.NewWriter(&c.counted)
 	return c
 }

@@ -1,0 +1,141 @@
+package protocol
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+func FuzzParse(f *testing.F) {
+	for _, tc := range parseCases {
+		f.Add([]byte(tc.line))
+	}
+	for _, tc := range metaCases {
+		f.Add([]byte(tc.line))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var req Request
+		err := Parse(line, &req)
+		first := describe(&req, err)
+		if again := describe(&req, Parse(line, &req)); again != first {
+			t.Fatalf("Parse is not deterministic: %s then %s", first, again)
+		}
+		// Only the key and argument lists grow, at most one entry per word.
+		if c := cap(req.Keys) + cap(req.Args); c > 2*len(line)+8 {
+			t.Fatalf("%d slice entries for a %d-byte line", c, len(line))
+		}
+		if err != nil {
+			if Fatal(err) {
+				t.Fatalf("Parse returned a fatal error: %v", err)
+			}
+			var out bytes.Buffer
+			w := NewWriter(&out)
+			w.Error(err)
+			w.Flush()
+			if s := out.String(); s != "" && (strings.Count(s, "\r\n") != 1 || !strings.HasSuffix(s, "\r\n")) {
+				t.Fatalf("reply %q is not one line", s)
+			}
+			return
+		}
+		if req.Command == 0 {
+			t.Fatal("no command and no error")
+		}
+		if len(req.Key) > KeyMax || len(req.Meta.Opaque) > 31 {
+			t.Fatalf("key %d bytes, opaque %d bytes", len(req.Key), len(req.Meta.Opaque))
+		}
+		for _, k := range req.Keys {
+			if len(k) == 0 || len(k) > KeyMax || bytes.IndexByte(k, ' ') >= 0 || bytes.IndexByte(k, 0) >= 0 {
+				t.Fatalf("bad key %q", k)
+			}
+		}
+		if n := req.DataLen(); n > 1<<31-3 {
+			t.Fatalf("DataLen %d", n)
+		}
+	})
+}
+
+func FuzzReader(f *testing.F) {
+	for _, tc := range wireCases {
+		if len(tc.in) < 4096 {
+			f.Add([]byte(tc.in))
+		}
+	}
+	// Readers are reused (Reset) to keep each run cheap: the fuzzer then
+	// spends its time on inputs, and minimizes the long-line ones quickly.
+	lim := Limits{MaxItemSize: 1024, MaxGetLine: 4096}
+	rd, src := NewReader(nil, lim), new(bytes.Reader)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		src.Reset(in)
+		rd.Reset(src)
+		whole := fuzzRead(t, rd, len(in))
+		if len(in) > 3*MaxLineLen {
+			return // trickling costs a fill per byte; long inputs would stall minimization
+		}
+		src.Reset(in)
+		rd.Reset(iotest.OneByteReader(src))
+		trickle := fuzzRead(t, rd, len(in))
+		// How bytes arrive matters only to lines that go past MaxLineLen
+		// before their newline (memcached is the same).
+		if longestRun(in) <= MaxLineLen && strings.Join(whole, "\n") != strings.Join(trickle, "\n") {
+			t.Fatalf("whole: %q\ntrickle: %q", whole, trickle)
+		}
+	})
+}
+
+// fuzzRead reads to the end, checking that every Read makes progress and
+// that nothing exceeds the limits.
+func fuzzRead(t *testing.T, rd *Reader, size int) []string {
+	var req Request
+	var out []string
+	for {
+		err := rd.Read(&req)
+		out = append(out, digest(&req, err))
+		if len(out) > size+1 {
+			t.Fatalf("%d reads from %d bytes", len(out), size)
+		}
+		if len(req.Data) > 1024 || cap(rd.long) > 4096+readBufSize+1 {
+			t.Fatalf("data %d bytes, line buffer %d", len(req.Data), cap(rd.long))
+		}
+		if Fatal(err) {
+			return out
+		}
+	}
+}
+
+func longestRun(b []byte) int {
+	longest := 0
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return max(longest, len(b))
+		}
+		longest, b = max(longest, i), b[i+1:]
+	}
+	return longest
+}
+
+// digest is a cheap describe: the fuzzer spends its time reading, not
+// formatting, and minimizes inputs faster.
+func digest(req *Request, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	m := &req.Meta
+	b := append([]byte(req.Command.String()), 0)
+	b = append(append(b, req.Key...), 0)
+	for _, k := range req.Keys {
+		b = append(append(b, k...), ' ')
+	}
+	for _, a := range req.Args {
+		b = append(append(b, a...), ' ')
+	}
+	for _, v := range []uint64{uint64(req.Flags), uint64(req.Exptime), req.CAS, req.Delta, uint64(m.Flags), uint64(m.TTL),
+		uint64(m.ClientFlags), m.CAS, uint64(m.Vivify), uint64(m.Recache), m.Initial, m.Delta, uint64(m.Mode)} {
+		b = strconv.AppendUint(append(b, ' '), v, 10)
+	}
+	b = strconv.AppendBool(b, req.Noreply)
+	b = append(append(b, m.Order()...), m.Opaque...)
+	return string(append(b, req.Data...))
+}
