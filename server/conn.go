@@ -133,7 +133,11 @@ func (c *conn) serve() {
 		if s.verbose(2) {
 			s.cfg.Logger.Debug("request", "cmd", c.req.Command.String(), "key", string(c.req.Key))
 		}
+		start := time.Now()
 		c.handle(&c.req)
+		if cmd := int(c.req.Command); cmd < len(s.metrics.byCommand) && s.metrics.byCommand[cmd] != nil {
+			s.metrics.byCommand[cmd].Observe(time.Since(start).Seconds())
+		}
 	}
 	c.w.Flush()
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"spillway/protocol"
 )
 
 // clusterCounters are the cluster lines of "stats".
@@ -34,6 +36,9 @@ type metrics struct {
 	originFetches prometheus.Counter
 	merged        prometheus.Counter
 	latency       *prometheus.HistogramVec
+	// byCommand holds the latency observer of each command, resolved
+	// once so that the request path does no label lookups.
+	byCommand [protocol.CmdMetaDebug + 1]prometheus.Observer
 }
 
 func newMetrics(s *Server) *metrics {
@@ -52,10 +57,13 @@ func newMetrics(s *Server) *metrics {
 	m.merged = prometheus.NewCounter(prometheus.CounterOpts{Name: "spillway_singleflight_merged_total", Help: "Reads that waited for another read's fill of the same key."})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "spillway_request_duration_seconds",
-		Help:    "Time to execute a request batch's commands, by command.",
+		Help:    "Time from a request's parse to its reply being buffered, by command (forwarding and fills included).",
 		Buckets: prometheus.ExponentialBuckets(5e-6, 4, 10),
 	}, []string{"command"})
 	m.reg.MustRegister(m.routing, m.load, m.forwarded, m.peerFetches, m.originFetches, m.merged, m.latency)
+	for c := protocol.CmdGet; c <= protocol.CmdMetaDebug; c++ {
+		m.byCommand[c] = m.latency.WithLabelValues(c.String())
+	}
 
 	gauge := func(name, help string, f func() float64) {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))

@@ -140,7 +140,9 @@ func (s *Server) selfID() string {
 
 // fill serves a key this node does not hold, once per key at a time.
 func (s *Server) fill(key string) readResult {
+	led := false
 	v, _, shared := s.flights.Do(key, func() (any, error) {
+		led = true
 		// Another flight may have filled the key between our miss and
 		// this flight starting: look again before going further.
 		if it, ok := s.localGet(key); ok {
@@ -172,11 +174,18 @@ func (s *Server) fill(key string) readResult {
 		}
 		return s.loadOrigin(key, false), nil
 	})
-	if shared {
+	s.countMerged(shared, led)
+	return v.(readResult)
+}
+
+// countMerged counts a read that waited for another read's fill. Only the
+// flight's leader runs the function, so "shared and did not lead" is a
+// follower.
+func (s *Server) countMerged(shared, led bool) {
+	if shared && !led {
 		s.counters.merged.Add(1)
 		s.metrics.merged.Inc()
 	}
-	return v.(readResult)
 }
 
 // fillOwned fills a key this node owns: from its previous owner during the
@@ -207,16 +216,15 @@ func (s *Server) fillForPeer(key string) readResult {
 	if s.cl == nil || s.cl.view.Load().ring.Owner(key) != s.cl.self {
 		return readResult{}
 	}
+	led := false
 	v, _, shared := s.flights.Do(key, func() (any, error) {
+		led = true
 		if it, ok := s.localGet(key); ok {
 			return readResult{it, true}, nil
 		}
 		return s.loadOrigin(key, true), nil
 	})
-	if shared {
-		s.counters.merged.Add(1)
-		s.metrics.merged.Inc()
-	}
+	s.countMerged(shared, led)
 	return v.(readResult)
 }
 

@@ -41,7 +41,7 @@ func parseOptions(name, synopsis string, opts []option, args []string, stderr io
 		}
 	}
 	fs.Usage = func() { printUsage(stderr, synopsis, opts) }
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(expandRepeats(args)); err != nil {
 		if err == flag.ErrHelp {
 			fs.Usage()
 			return err
@@ -52,6 +52,22 @@ func parseOptions(name, synopsis string, opts []option, args []string, stderr io
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	return nil
+}
+
+// expandRepeats turns memcached's "-vv" into "-v -v", which the flag
+// package then counts.
+func expandRepeats(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if len(a) > 2 && a[0] == '-' && strings.Trim(a[1:], "v") == "" {
+			for range len(a) - 1 {
+				out = append(out, "-v")
+			}
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 func printUsage(w io.Writer, synopsis string, opts []option) {
