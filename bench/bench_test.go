@@ -93,25 +93,7 @@ func checkRenders(t *testing.T, rep *Report) {
 			t.Errorf("text report lacks %q:\n%s", want, buf.String())
 		}
 	}
-	buf.Reset()
-	if err := rep.WriteHTML(&buf); err != nil {
-		t.Fatal(err)
-	}
-	html := buf.String()
-	if !strings.Contains(html, `<script src="`+EChartsCDN+`"></script>`) || strings.Count(html, "echarts.init(") != 3 {
-		t.Errorf("HTML: want the CDN script and 3 charts:\n%.2000s", html)
-	}
-	buf.Reset()
-	if err := rep.WriteHTMLOptions(&buf, HTMLOptions{Title: "t<1>", EChartsJS: []byte("var echarts={};")}); err != nil {
-		t.Fatal(err)
-	}
-	if html := buf.String(); strings.Contains(html, "<script src=") || !strings.Contains(html, "<script>var echarts={};</script>") ||
-		!strings.Contains(html, "<title>t&lt;1&gt;</title>") {
-		t.Errorf("inline HTML:\n%.1500s", html)
-	}
-	if err := rep.WriteHTMLOptions(&buf, HTMLOptions{EChartsJS: []byte("x</SCRIPT>")}); err == nil {
-		t.Error("a </script> in the inlined library was accepted")
-	}
+	checkHTML(t, rep)
 }
 
 func TestCorruptValueFailsRun(t *testing.T) {

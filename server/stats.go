@@ -14,14 +14,14 @@ import (
 // counters are the per-command statistics of memcached's "stats" reply.
 // A connection keeps its own and adds them to the server's once per batch.
 type counters struct {
-	cmdGet, cmdSet, cmdFlush, cmdTouch, cmdMeta   uint64
-	getHits, getMisses                            uint64
-	deleteHits, deleteMisses                      uint64
-	incrHits, incrMisses, decrHits, decrMisses    uint64
-	casHits, casMisses, casBadval                 uint64
-	touchHits, touchMisses                        uint64
-	bytesRead, bytesWritten                       uint64
-	dirty                                         bool
+	cmdGet, cmdSet, cmdFlush, cmdTouch, cmdMeta uint64
+	getHits, getMisses                          uint64
+	deleteHits, deleteMisses                    uint64
+	incrHits, incrMisses, decrHits, decrMisses  uint64
+	casHits, casMisses, casBadval               uint64
+	touchHits, touchMisses                      uint64
+	bytesRead, bytesWritten                     uint64
+	dirty                                       bool
 }
 
 func (c *counters) add(o *counters) {

@@ -26,7 +26,7 @@ import (
 type serveFlags struct {
 	listen          string
 	port            int
-	memoryBytes       int64
+	memoryBytes     int64
 	connLimit       int
 	maxItemSize     int64
 	verbose         int
@@ -93,7 +93,7 @@ func defaultServeFlags() serveFlags {
 	return serveFlags{
 		listen:          "127.0.0.1",
 		port:            11211,
-		memoryBytes:       server.DefaultMaxBytes,
+		memoryBytes:     server.DefaultMaxBytes,
 		connLimit:       server.DefaultMaxConns,
 		maxItemSize:     server.DefaultMaxItemSize,
 		shutdownTimeout: 10 * time.Second,
