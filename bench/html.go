@@ -49,16 +49,11 @@ func (r *Report) WriteHTMLOptions(w io.Writer, o HTMLOptions) error {
 	if err := r.WriteText(&text); err != nil {
 		return err
 	}
-	fontCSS, err := chartFontCSS()
-	if err != nil {
-		return err
-	}
 	page := htmlPage{
 		Title:    o.Title,
 		Workload: r.describeWorkload(),
 		Summary:  r.summaryRows(),
 		Text:     text.String(),
-		FontFace: fontCSS,
 	}
 	for _, mk := range []func() (htmlChart, error){r.throughputChart, r.loadChart, r.latencyChart} {
 		c, err := mk()
@@ -66,6 +61,11 @@ func (r *Report) WriteHTMLOptions(w io.Writer, o HTMLOptions) error {
 			return err
 		}
 		page.Charts = append(page.Charts, c)
+		if c.SVG != "" && page.FontFace == "" {
+			if page.FontFace, err = chartFontCSS(); err != nil {
+				return err
+			}
+		}
 	}
 	return pageTmpl.Execute(w, page)
 }
@@ -76,7 +76,7 @@ type htmlPage struct {
 	Summary  []summaryRow
 	Charts   []htmlChart
 	Text     string
-	FontFace template.CSS
+	FontFace template.CSS // the charts' font, if there are charts
 }
 
 type summaryRow struct{ Name, Value, Note string }
@@ -183,7 +183,7 @@ func (r *Report) summaryRows() []summaryRow {
 // Chart geometry, in points; the page scales the SVG to its width.
 const (
 	chartW = 720
-	chartH = 290
+	chartH = 260
 )
 
 var (
@@ -310,9 +310,9 @@ func (r *Report) throughputChart() (htmlChart, error) {
 	p := newPlot("time (s)", "ops/s")
 	p.Add(grid())
 	p.X.Tick.Marker = linearTicks{n: 8, label: siLabel}
-	p.Y.Tick.Marker = linearTicks{n: 5, label: siLabel}
+	p.Y.Tick.Marker = linearTicks{n: 6, label: siLabel}
 	p.Y.Min = 0
-	p.Y.Max = max(1.2*top, 1) // headroom for the legend
+	p.Y.Max = linearTicks{n: 6}.roundUp(1.2 * top) // headroom for the legend
 	opsLine, err := plotter.NewLine(ops)
 	if err != nil {
 		return c, err
@@ -342,7 +342,7 @@ func (r *Report) throughputChart() (htmlChart, error) {
 		if err != nil {
 			return c, err
 		}
-		marks.Color, marks.Radius, marks.Shape = colError, vg.Points(3.5), draw.TriangleGlyph{}
+		marks.Color, marks.Radius, marks.Shape = colError, vg.Points(4), draw.PyramidGlyph{}
 		p.Add(marks)
 		p.Legend.Add("interval with errors", marks)
 	}
@@ -378,7 +378,7 @@ func (r *Report) loadChart() (htmlChart, error) {
 	var total, top float64
 	var anyCluster, anyPlain, anySpill bool
 	for i, s := range r.Servers {
-		names[i] = s.Addr
+		names[i] = shorten(s.Addr, 40)
 		if s.Err != "" {
 			names[i] += " (no stats)"
 		}
@@ -396,13 +396,15 @@ func (r *Report) loadChart() (htmlChart, error) {
 	p := newPlot("", "requests")
 	p.Add(grid())
 	p.NominalX(names...)
-	p.Y.Tick.Marker = linearTicks{n: 5, label: siLabel}
-	if fitsLabels(p, names) {
-		p.X.Tick.Label.XAlign = draw.XCenter
-	} else {
+	p.Y.Padding = 0 // NominalX pads by half the first label; X.Min = -0.5 leaves room
+	p.Y.Tick.Marker = linearTicks{n: 6, label: siLabel}
+	rotate := !fitsLabels(p, names)
+	if rotate {
 		p.X.Tick.Label.Rotation = math.Pi / 6
 		p.X.Tick.Label.XAlign = draw.XRight
 		p.X.Tick.Label.YAlign = draw.YCenter
+	} else {
+		p.X.Tick.Label.XAlign = draw.XCenter
 	}
 	width := vg.Length(min(48.0, 0.6*(chartW-90)/float64(n)))
 	var below *plotter.BarChart
@@ -451,7 +453,18 @@ func (r *Report) loadChart() (htmlChart, error) {
 	}
 	p.X.Min, p.X.Max = -0.5, float64(n)-0.5
 	p.Y.Min = 0
-	p.Y.Max = max(1.25*top, 1) // headroom for the legend
+	p.Y.Max = linearTicks{n: 6}.roundUp(1.25 * top) // headroom for the legend
+	if rotate {
+		// gonum/plot does not pad for X tick labels reaching left of the
+		// Y axis: move the first bar right until its label fits.
+		lb := p.X.Tick.Label
+		reach := lb.Width(names[0])*vg.Length(math.Cos(lb.Rotation)) + lb.Height(names[0])*vg.Length(math.Sin(lb.Rotation))/2
+		axis := p.Y.Label.TextStyle.Height(p.Y.Label.Text) + p.Y.Label.Padding + p.Y.Tick.Length
+		for _, t := range p.Y.Tick.Marker.Ticks(p.Y.Min, p.Y.Max) {
+			axis = max(axis, p.Y.Label.TextStyle.Height(p.Y.Label.Text)+p.Y.Label.Padding+p.Y.Tick.Length+p.Y.Tick.Label.Width(t.Label))
+		}
+		p.Y.Padding = max(0, reach-axis)
+	}
 	var err error
 	c.SVG, err = renderSVG(p, "Load per server")
 	return c, err
@@ -467,6 +480,17 @@ func fitsLabels(p *plot.Plot, names []string) bool {
 		}
 	}
 	return true
+}
+
+// shorten cuts s to at most n runes by eliding its middle, keeping the
+// start and the end (the port), where names usually differ.
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	head := (n - 1) / 2
+	return string(r[:head]) + "…" + string(r[len(r)-(n-1-head):])
 }
 
 // latencyChart: the latency percentile spectrum on a log axis.
@@ -498,6 +522,7 @@ func (r *Report) latencyChart() (htmlChart, error) {
 	p := newPlot("percentile", "latency")
 	p.Add(grid())
 	p.NominalX(names...)
+	p.Y.Padding = 0
 	p.X.Tick.Label.XAlign = draw.XCenter
 	p.Y.Scale = plot.LogScale{}
 	lo, hi := math.Inf(1), 0.0
@@ -553,6 +578,16 @@ func siLabel(v float64) string {
 	default:
 		return strconv.FormatFloat(v, 'g', 4, 64)
 	}
+}
+
+// roundUp is the first labelled tick at or above v > 0 on an axis from 0,
+// or 1 if v is not positive.
+func (t linearTicks) roundUp(v float64) float64 {
+	if !(v > 0) {
+		return 1
+	}
+	step := niceCeil(v / float64(t.n))
+	return step * math.Ceil(v/step-1e-9)
 }
 
 // latencyTicks mark a log axis in microseconds: 1-2-5 steps labelled when
