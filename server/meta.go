@@ -36,7 +36,11 @@ func (c *conn) metaGet(req *protocol.Request) {
 		it, ok, routed = res[0].it, res[0].found, true
 	}
 	if !routed {
-		it, ok = st.Get(key)
+		if m.Flags.Has('u') {
+			it, ok = st.Peek(key) // u: leave the item's fetched state alone
+		} else {
+			it, ok = st.Get(key)
+		}
 	}
 	created, won := false, false
 	// Writes on read: a new TTL, autovivify on miss, or handing out the
@@ -69,6 +73,9 @@ func (c *conn) metaGet(req *protocol.Request) {
 			if won {
 				cur.Won = true
 			}
+			// A new TTL or a win token is not a new value: the CAS
+			// unique stays, as in memcached.
+			cur.KeepCAS = !created
 			return cur, true, nil
 		})
 		ok = err == nil
@@ -176,7 +183,7 @@ func (c *conn) metaEcho(req *protocol.Request, it *store.Item) {
 		case 'l':
 			c.w.MetaInt('l', 0)
 		case 'h':
-			c.w.MetaInt('h', 0)
+			c.w.MetaUint('h', boolUint(it.Fetched))
 		}
 	}
 }
@@ -470,7 +477,7 @@ func (c *conn) metaArith(req *protocol.Request) {
 
 // me <key>
 func (c *conn) metaDebug(req *protocol.Request) {
-	it, ok := c.srv.store.Get(string(req.Key))
+	it, ok := c.srv.store.Peek(string(req.Key))
 	if !ok {
 		c.w.Line("EN")
 		return
@@ -482,7 +489,7 @@ func (c *conn) metaDebug(req *protocol.Request) {
 		exp = -c.ttl(it.Expires)
 	}
 	fetch := "no"
-	if false {
+	if it.Fetched {
 		fetch = "yes"
 	}
 	size := len(req.Key) + len(it.Value) + itemHeader

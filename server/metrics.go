@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,14 +100,17 @@ func newMetrics(s *Server) *metrics {
 	return m
 }
 
-// MetricsHandler serves Prometheus metrics at /metrics and the ring at
-// /debug/ring (JSON: members, vnodes, shares and loads).
+// MetricsHandler serves Prometheus metrics at /metrics, the ring at
+// /debug/ring (JSON: members, vnodes, shares and loads) and Go's profiles
+// at /debug/pprof/.
 func (s *Server) MetricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.updateLoadGauge()
 		promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 	}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/ring", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

@@ -142,7 +142,7 @@ func TestOriginLoadsOncePerKey(t *testing.T) {
 		})
 	}
 	// Release the one load once every reader is waiting on it.
-	waitFor(t, func() bool { return origin.total.Load() == 1 && srv.busyConns() == 20 })
+	waitFor(t, func() bool { return origin.total.Load() == 1 && srv.filling.Load() == 20 })
 	close(origin.gate)
 	wg.Wait()
 	close(errs)

@@ -141,6 +141,8 @@ func (s *Server) selfID() string {
 // fill serves a key this node does not hold, once per key at a time.
 func (s *Server) fill(key string) readResult {
 	led := false
+	s.filling.Add(1)
+	defer s.filling.Add(-1)
 	v, _, shared := s.flights.Do(key, func() (any, error) {
 		led = true
 		// Another flight may have filled the key between our miss and

@@ -112,6 +112,7 @@ type Server struct {
 	flights   singleflight.Group
 	counters  clusterCounters
 	metrics   *metrics
+	filling   atomic.Int64 // reads waiting in fill, for tests that line them up
 
 	verbosity atomic.Int32
 	closing   atomic.Bool

@@ -1,0 +1,86 @@
+package store
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// maxRelativeExptime is memcached's REALTIME_MAXDELTA: exptimes up to 30
+// days are relative to now, larger ones are absolute Unix times.
+const maxRelativeExptime = 60 * 60 * 24 * 30
+
+// ExpiresAt converts a memcached exptime (seconds) into an expiry time, the
+// way memcached's realtime() does: 0 never expires (zero Time); a negative
+// value has already expired; up to 30 days (2592000 s) is relative to now;
+// anything larger is an absolute Unix time, already expired if not after
+// now.
+func ExpiresAt(exptime int64, now time.Time) time.Time {
+	switch {
+	case exptime == 0:
+		return time.Time{}
+	case exptime < 0:
+		return now.Add(-time.Second)
+	case exptime <= maxRelativeExptime:
+		return now.Add(time.Duration(exptime) * time.Second)
+	}
+	return time.Unix(exptime, 0)
+}
+
+// flusher implements flush_all. Its zero value is ready: nothing flushed.
+//
+// Entries carry the store sequence number of the write that made them.
+// flush_all without a delay raises the watermark to the current sequence,
+// so everything stored before it vanishes while a write in the same
+// nanosecond, but after the flush, survives; a clock alone could not tell
+// the two apart. flush_all with a delay arms a deadline instead; the first
+// operation that sees the clock past it converts it into a watermark, which
+// invalidates exactly the writes ordered before that moment, including
+// those made between the command and the deadline, as memcached does.
+type flusher struct {
+	watermark atomic.Uint64 // entries with seq <= watermark are flushed
+	deadline  atomic.Int64  // pending delayed flush, Unix nanoseconds; 0 none
+}
+
+// flush schedules a flush at now+delay; seq is the current store sequence.
+// A new flush replaces a pending delayed one, as in memcached.
+func (f *flusher) flush(now int64, delay time.Duration, seq uint64) {
+	if delay <= 0 {
+		f.deadline.Store(0)
+		f.raise(seq)
+		return
+	}
+	f.deadline.Store(now + int64(delay))
+}
+
+// advance applies a delayed flush whose deadline has passed. seq must be read
+// before the call, so that writes that come after this observation (and so
+// take later sequence numbers) survive.
+func (f *flusher) advance(now int64, seq func() uint64) {
+	d := f.deadline.Load()
+	if d == 0 || now < d {
+		return
+	}
+	mark := seq()
+	if f.deadline.CompareAndSwap(d, 0) {
+		f.raise(mark)
+	}
+}
+
+func (f *flusher) raise(mark uint64) {
+	for {
+		old := f.watermark.Load()
+		if mark <= old || f.watermark.CompareAndSwap(old, mark) {
+			return
+		}
+	}
+}
+
+func (f *flusher) pending() bool { return f.deadline.Load() != 0 }
+
+// invalid reports why e is not visible at now: expired, flushed, or neither.
+func (f *flusher) invalid(e *entry, now int64) (expired, flushed bool) {
+	if e.seq <= f.watermark.Load() {
+		return false, true
+	}
+	return e.exp != 0 && e.exp <= now, false
+}
