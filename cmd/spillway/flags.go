@@ -40,11 +40,10 @@ func parseOptions(name, synopsis string, opts []option, args []string, stderr io
 			fs.Var(o.value, o.short, o.usage)
 		}
 	}
-	fs.Usage = func() { printUsage(stderr, synopsis, opts) }
+	fs.Usage = func() {} // printed below for -h only, not for every mistake
 	if err := fs.Parse(expandRepeats(args)); err != nil {
 		if err == flag.ErrHelp {
-			fs.Usage()
-			return err
+			printUsage(stderr, synopsis, opts)
 		}
 		return err
 	}
@@ -77,7 +76,7 @@ func printUsage(w io.Writer, synopsis string, opts []option) {
 		if o.short != "" {
 			names = "-" + o.short + ", " + names
 		}
-		if _, isBool := o.value.(*boolValue); !isBool {
+		if b, ok := o.value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
 			names += " " + valueName(o.value)
 		}
 		def := o.value.String()

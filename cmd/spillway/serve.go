@@ -85,7 +85,7 @@ func (f *serveFlags) options() []option {
 		{"", "origin", &stringValue{&f.origin}, "read-through origin: http://host:port/path/{key} or file:///dir"},
 		{"", "origin-timeout", &durationValue{&f.originTimeout}, "timeout of one origin load"},
 		{"", "origin-concurrency", &intValue{&f.originConc}, "most origin loads at once from this node"},
-		{"", "metrics", &stringValue{&f.metrics}, "HOST:PORT serving Prometheus /metrics and /debug/ring (empty: off)"},
+		{"", "metrics", &stringValue{&f.metrics}, "HOST:PORT serving Prometheus /metrics, /debug/ring and /debug/pprof/ (empty: off)"},
 	}
 }
 
