@@ -41,8 +41,12 @@ test-deps:
 test: test-deps vet
 	$(GO) test -race -timeout 9m ./...
 
+# Micro-benchmarks of the parser, store and ring, then bounded loads against
+# plain consistent hashing on a local 3-node cluster with a hot-key workload.
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./protocol/ ./store/ ./ring/
+	./$(BIN) bench --local 3 --compare --zipf 1.2 --keys 10000 --conns 30 --duration 5s \
+		--prefill --origin-latency 1ms epsilon=0.25 epsilon=inf
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./protocol/
