@@ -145,10 +145,10 @@ func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) 
 		}
 		s.counters.served.Add(1)
 	case tagFetch:
+		// Register the holder before reading: a write that lands after
+		// the read then finds it and invalidates the copy.
+		s.cl.holders.add(key, node, s.cfg.Now(), s.cl.cfg.CopyTTL)
 		r = s.fillForPeer(key)
-		if r.found {
-			s.cl.holders.add(key, node, s.cfg.Now(), s.cl.cfg.CopyTTL)
-		}
 	case tagWarm:
 		r.it, r.found = s.localGet(key)
 	default:
