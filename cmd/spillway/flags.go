@@ -19,9 +19,18 @@ type option struct {
 	usage       string
 }
 
-// env is the option's environment variable name.
-func (o option) env() string {
-	return "SPILLWAY_" + strings.ToUpper(strings.ReplaceAll(o.long, "-", "_"))
+// env is the option's environment variable: SPILLWAY_ for serve's flags,
+// SPILLWAY_BENCH_ for bench's, so that one never configures the other.
+func (o option) env(prefix string) string {
+	return prefix + strings.ToUpper(strings.ReplaceAll(o.long, "-", "_"))
+}
+
+// envPrefix is the environment prefix of a subcommand's flags.
+func envPrefix(name string) string {
+	if name == "serve" {
+		return "SPILLWAY_"
+	}
+	return "SPILLWAY_" + strings.ToUpper(name) + "_"
 }
 
 // parseOptions reads the environment first and the command line second,
@@ -29,10 +38,11 @@ func (o option) env() string {
 func parseOptions(name, synopsis string, opts []option, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
+	prefix := envPrefix(name)
 	for _, o := range opts {
-		if v, ok := os.LookupEnv(o.env()); ok {
+		if v, ok := os.LookupEnv(o.env(prefix)); ok {
 			if err := o.value.Set(v); err != nil {
-				return fmt.Errorf("%s=%q: %v", o.env(), v, err)
+				return fmt.Errorf("%s=%q: %v", o.env(prefix), v, err)
 			}
 		}
 		fs.Var(o.value, o.long, o.usage)
@@ -43,7 +53,7 @@ func parseOptions(name, synopsis string, opts []option, args []string, stderr io
 	fs.Usage = func() {} // printed below for -h only, not for every mistake
 	if err := fs.Parse(expandRepeats(args)); err != nil {
 		if err == flag.ErrHelp {
-			printUsage(stderr, synopsis, opts)
+			printUsage(stderr, synopsis, prefix, opts)
 		}
 		return err
 	}
@@ -69,7 +79,7 @@ func expandRepeats(args []string) []string {
 	return out
 }
 
-func printUsage(w io.Writer, synopsis string, opts []option) {
+func printUsage(w io.Writer, synopsis, prefix string, opts []option) {
 	fmt.Fprintf(w, "%s\n\nFlags (each also from the environment variable shown):\n", synopsis)
 	for _, o := range opts {
 		names := "--" + o.long
@@ -84,7 +94,7 @@ func printUsage(w io.Writer, synopsis string, opts []option) {
 		if def != "" && def != "0" && def != "false" {
 			fmt.Fprintf(w, " (default %s)", def)
 		}
-		fmt.Fprintf(w, " [$%s]\n", o.env())
+		fmt.Fprintf(w, " [$%s]\n", o.env(prefix))
 	}
 }
 

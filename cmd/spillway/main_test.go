@@ -25,8 +25,8 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		t.Fatalf("serve --help exit %d", code)
 	}
 	for _, o := range f.options() {
-		if !strings.Contains(out.String(), "--"+o.long) || !strings.Contains(out.String(), o.env()) {
-			t.Errorf("serve --help lacks --%s or $%s", o.long, o.env())
+		if !strings.Contains(out.String(), "--"+o.long) || !strings.Contains(out.String(), o.env("SPILLWAY_")) {
+			t.Errorf("serve --help lacks --%s or $%s", o.long, o.env("SPILLWAY_"))
 		}
 	}
 	out.Reset()
@@ -35,8 +35,8 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		t.Fatalf("bench --help exit %d", code)
 	}
 	for _, o := range b.options() {
-		if !strings.Contains(out.String(), "--"+o.long) {
-			t.Errorf("bench --help lacks --%s", o.long)
+		if !strings.Contains(out.String(), "--"+o.long) || !strings.Contains(out.String(), o.env("SPILLWAY_BENCH_")) {
+			t.Errorf("bench --help lacks --%s or its variable", o.long)
 		}
 	}
 }
