@@ -347,6 +347,19 @@ func (c *conn) delete(req *protocol.Request) {
 func (c *conn) incr(req *protocol.Request) {
 	decr := req.Command == protocol.CmdDecr
 	n, err := c.srv.store.Incr(string(req.Key), req.Delta, decr)
+	c.countIncr(err, decr)
+	if err != nil {
+		c.storeReply(req, err, protocol.Stored)
+		return
+	}
+	c.written(req.Key)
+	if !req.Noreply {
+		c.w.Uint(n)
+	}
+}
+
+// countIncr counts an incr or decr (classic or meta) in the stats.
+func (c *conn) countIncr(err error, decr bool) {
 	switch {
 	case err == nil && decr:
 		c.local.decrHits++
@@ -356,14 +369,6 @@ func (c *conn) incr(req *protocol.Request) {
 		c.local.decrMisses++
 	case errors.Is(err, store.ErrNotFound):
 		c.local.incrMisses++
-	}
-	if err != nil {
-		c.storeReply(req, err, protocol.Stored)
-		return
-	}
-	c.written(req.Key)
-	if !req.Noreply {
-		c.w.Uint(n)
 	}
 }
 

@@ -131,23 +131,16 @@ func TestGomemcache(t *testing.T) {
 	must(mc.DeleteAll())
 }
 
-// TestConcurrentIncr: 16 clients × 1000 incr end at exactly 16000.
-func TestConcurrentIncr(t *testing.T) {
-	addr := startSpillway(t)
-	mc := newClient(t, addr)
-	if err := mc.Set(&memcache.Item{Key: "ctr", Value: []byte("0")}); err != nil {
-		t.Fatal(err)
-	}
-	const workers, each = 16, 1000
+// concurrently runs fn(w) on workers goroutines and fails the test with
+// the first error any returns.
+func concurrently(t *testing.T, workers int, fn func(w int) error) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
-	for range workers {
+	for w := range workers {
 		wg.Go(func() {
-			for range each {
-				if _, err := mc.Increment("ctr", 1); err != nil {
-					errs <- err
-					return
-				}
+			if err := fn(w); err != nil {
+				errs <- err
 			}
 		})
 	}
@@ -156,13 +149,37 @@ func TestConcurrentIncr(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	it, err := mc.Get("ctr")
+}
+
+// expectValue fails unless key holds want.
+func expectValue(t *testing.T, mc *memcache.Client, key, want string) {
+	t.Helper()
+	it, err := mc.Get(key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(it.Value); got != strconv.Itoa(workers*each) {
-		t.Fatalf("counter = %s, want %d", got, workers*each)
+	if got := string(it.Value); got != want {
+		t.Fatalf("%s = %s, want %s", key, got, want)
 	}
+}
+
+// TestConcurrentIncr: 16 clients × 1000 incr end at exactly 16000.
+func TestConcurrentIncr(t *testing.T) {
+	addr := startSpillway(t)
+	mc := newClient(t, addr)
+	if err := mc.Set(&memcache.Item{Key: "ctr", Value: []byte("0")}); err != nil {
+		t.Fatal(err)
+	}
+	const workers, each = 16, 1000
+	concurrently(t, workers, func(int) error {
+		for range each {
+			if _, err := mc.Increment("ctr", 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	expectValue(t, mc, "ctr", strconv.Itoa(workers*each))
 }
 
 // TestConcurrentCAS: gets+cas retry loops never lose an update.
@@ -173,47 +190,30 @@ func TestConcurrentCAS(t *testing.T) {
 		t.Fatal(err)
 	}
 	const workers, each = 8, 200
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for range workers {
-		wg.Go(func() {
-			for range each {
-				for attempt := 0; ; attempt++ {
-					if attempt > 10000 {
-						errs <- fmt.Errorf("cas never succeeded")
-						return
-					}
-					it, err := mc.Get("v")
-					if err != nil {
-						errs <- err
-						return
-					}
-					n, _ := strconv.Atoi(string(it.Value))
-					it.Value = []byte(strconv.Itoa(n + 1))
-					err = mc.CompareAndSwap(it)
-					if err == nil {
-						break
-					}
-					if !errors.Is(err, memcache.ErrCASConflict) {
-						errs <- err
-						return
-					}
+	concurrently(t, workers, func(int) error {
+		for range each {
+			for attempt := 0; ; attempt++ {
+				if attempt > 10000 {
+					return fmt.Errorf("cas never succeeded")
+				}
+				it, err := mc.Get("v")
+				if err != nil {
+					return err
+				}
+				n, _ := strconv.Atoi(string(it.Value))
+				it.Value = []byte(strconv.Itoa(n + 1))
+				err = mc.CompareAndSwap(it)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, memcache.ErrCASConflict) {
+					return err
 				}
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	it, err := mc.Get("v")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := string(it.Value); got != strconv.Itoa(workers*each) {
-		t.Fatalf("value = %s, want %d", got, workers*each)
-	}
+		}
+		return nil
+	})
+	expectValue(t, mc, "v", strconv.Itoa(workers*each))
 }
 
 // TestReadYourWrites: after STORED, the writer's own get sees the value,
@@ -221,35 +221,23 @@ func TestConcurrentCAS(t *testing.T) {
 func TestReadYourWrites(t *testing.T) {
 	addr := startSpillway(t)
 	mc := newClient(t, addr)
-	const workers, each = 16, 300
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			for i := range each {
-				key := fmt.Sprintf("ryw-%d-%d", w, i)
-				val := []byte(key + "-value")
-				if err := mc.Set(&memcache.Item{Key: key, Value: val}); err != nil {
-					errs <- err
-					return
-				}
-				it, err := mc.Get(key)
-				if err != nil {
-					errs <- fmt.Errorf("get %s right after set: %w", key, err)
-					return
-				}
-				if !bytes.Equal(it.Value, val) {
-					errs <- fmt.Errorf("get %s = %q", key, it.Value)
-					return
-				}
+	concurrently(t, 16, func(w int) error {
+		for i := range 300 {
+			key := fmt.Sprintf("ryw-%d-%d", w, i)
+			val := []byte(key + "-value")
+			if err := mc.Set(&memcache.Item{Key: key, Value: val}); err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+			it, err := mc.Get(key)
+			if err != nil {
+				return fmt.Errorf("get %s right after set: %w", key, err)
+			}
+			if !bytes.Equal(it.Value, val) {
+				return fmt.Errorf("get %s = %q", key, it.Value)
+			}
+		}
+		return nil
+	})
 }
 
 // TestPipelining sends many commands in one write, then one command in

@@ -422,16 +422,7 @@ func (c *conn) metaArith(req *protocol.Request) {
 		}
 		return cur, true, nil
 	})
-	switch {
-	case err == nil && decr:
-		c.local.decrHits++
-	case err == nil:
-		c.local.incrHits++
-	case errors.Is(err, store.ErrNotFound) && decr:
-		c.local.decrMisses++
-	case errors.Is(err, store.ErrNotFound):
-		c.local.incrMisses++
-	}
+	c.countIncr(err, decr)
 	if err == nil {
 		c.written(req.Key)
 	}
