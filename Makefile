@@ -51,6 +51,7 @@ bench: build
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./protocol/
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./protocol/
+	$(GO) test -run '^$$' -fuzz '^FuzzPick$$' -fuzztime $(FUZZTIME) ./ring/
 
 clean:
 	rm -rf bin
