@@ -79,10 +79,16 @@ func (c *conn) interruptIdle() {
 // busy records that request bytes arrived. If Shutdown interrupted the
 // wait a moment too late, the bytes win: the deadline is lifted so the
 // request is read whole and answered.
+//
+// Shutdown sets closing before it interrupts anyone, so while closing is
+// false no interruption can be under way and the lock is not needed: the
+// common case costs one compare-and-swap.
 func (c *conn) busy() {
+	if !c.idle.CompareAndSwap(true, false) || !c.srv.closing.Load() {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.idle.Store(false)
 	if c.interrupted {
 		c.interrupted = false
 		c.nc.SetReadDeadline(time.Time{})

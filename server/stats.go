@@ -3,7 +3,6 @@ package server
 import (
 	"runtime"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -24,33 +23,146 @@ type counters struct {
 	dirty                                       bool
 }
 
-func (c *counters) add(o *counters) {
-	c.cmdGet += o.cmdGet
-	c.cmdSet += o.cmdSet
-	c.cmdFlush += o.cmdFlush
-	c.cmdTouch += o.cmdTouch
-	c.cmdMeta += o.cmdMeta
-	c.getHits += o.getHits
-	c.getMisses += o.getMisses
-	c.deleteHits += o.deleteHits
-	c.deleteMisses += o.deleteMisses
-	c.incrHits += o.incrHits
-	c.incrMisses += o.incrMisses
-	c.decrHits += o.decrHits
-	c.decrMisses += o.decrMisses
-	c.casHits += o.casHits
-	c.casMisses += o.casMisses
-	c.casBadval += o.casBadval
-	c.touchHits += o.touchHits
-	c.touchMisses += o.touchMisses
-	c.bytesRead += o.bytesRead
-	c.bytesWritten += o.bytesWritten
+// totals are the node's counters. A connection adds its own to them once
+// per batch, touching only the fields that moved: at pipeline depth 1 a get
+// costs four atomic adds rather than a lock and twenty adds.
+type totals struct {
+	cmdGet atomic.Uint64
+	cmdSet atomic.Uint64
+	cmdFlush atomic.Uint64
+	cmdTouch atomic.Uint64
+	cmdMeta atomic.Uint64
+	getHits atomic.Uint64
+	getMisses atomic.Uint64
+	deleteHits atomic.Uint64
+	deleteMisses atomic.Uint64
+	incrHits atomic.Uint64
+	incrMisses atomic.Uint64
+	decrHits atomic.Uint64
+	decrMisses atomic.Uint64
+	casHits atomic.Uint64
+	casMisses atomic.Uint64
+	casBadval atomic.Uint64
+	touchHits atomic.Uint64
+	touchMisses atomic.Uint64
+	bytesRead atomic.Uint64
+	bytesWritten atomic.Uint64
+}
+
+func (t *totals) add(c *counters) {
+	if c.cmdGet != 0 {
+		t.cmdGet.Add(c.cmdGet)
+	}
+	if c.cmdSet != 0 {
+		t.cmdSet.Add(c.cmdSet)
+	}
+	if c.cmdFlush != 0 {
+		t.cmdFlush.Add(c.cmdFlush)
+	}
+	if c.cmdTouch != 0 {
+		t.cmdTouch.Add(c.cmdTouch)
+	}
+	if c.cmdMeta != 0 {
+		t.cmdMeta.Add(c.cmdMeta)
+	}
+	if c.getHits != 0 {
+		t.getHits.Add(c.getHits)
+	}
+	if c.getMisses != 0 {
+		t.getMisses.Add(c.getMisses)
+	}
+	if c.deleteHits != 0 {
+		t.deleteHits.Add(c.deleteHits)
+	}
+	if c.deleteMisses != 0 {
+		t.deleteMisses.Add(c.deleteMisses)
+	}
+	if c.incrHits != 0 {
+		t.incrHits.Add(c.incrHits)
+	}
+	if c.incrMisses != 0 {
+		t.incrMisses.Add(c.incrMisses)
+	}
+	if c.decrHits != 0 {
+		t.decrHits.Add(c.decrHits)
+	}
+	if c.decrMisses != 0 {
+		t.decrMisses.Add(c.decrMisses)
+	}
+	if c.casHits != 0 {
+		t.casHits.Add(c.casHits)
+	}
+	if c.casMisses != 0 {
+		t.casMisses.Add(c.casMisses)
+	}
+	if c.casBadval != 0 {
+		t.casBadval.Add(c.casBadval)
+	}
+	if c.touchHits != 0 {
+		t.touchHits.Add(c.touchHits)
+	}
+	if c.touchMisses != 0 {
+		t.touchMisses.Add(c.touchMisses)
+	}
+	if c.bytesRead != 0 {
+		t.bytesRead.Add(c.bytesRead)
+	}
+	if c.bytesWritten != 0 {
+		t.bytesWritten.Add(c.bytesWritten)
+	}
+}
+
+func (t *totals) load() counters {
+	return counters{
+		cmdGet: t.cmdGet.Load(),
+		cmdSet: t.cmdSet.Load(),
+		cmdFlush: t.cmdFlush.Load(),
+		cmdTouch: t.cmdTouch.Load(),
+		cmdMeta: t.cmdMeta.Load(),
+		getHits: t.getHits.Load(),
+		getMisses: t.getMisses.Load(),
+		deleteHits: t.deleteHits.Load(),
+		deleteMisses: t.deleteMisses.Load(),
+		incrHits: t.incrHits.Load(),
+		incrMisses: t.incrMisses.Load(),
+		decrHits: t.decrHits.Load(),
+		decrMisses: t.decrMisses.Load(),
+		casHits: t.casHits.Load(),
+		casMisses: t.casMisses.Load(),
+		casBadval: t.casBadval.Load(),
+		touchHits: t.touchHits.Load(),
+		touchMisses: t.touchMisses.Load(),
+		bytesRead: t.bytesRead.Load(),
+		bytesWritten: t.bytesWritten.Load(),
+	}
+}
+
+func (t *totals) reset() {
+	t.cmdGet.Store(0)
+	t.cmdSet.Store(0)
+	t.cmdFlush.Store(0)
+	t.cmdTouch.Store(0)
+	t.cmdMeta.Store(0)
+	t.getHits.Store(0)
+	t.getMisses.Store(0)
+	t.deleteHits.Store(0)
+	t.deleteMisses.Store(0)
+	t.incrHits.Store(0)
+	t.incrMisses.Store(0)
+	t.decrHits.Store(0)
+	t.decrMisses.Store(0)
+	t.casHits.Store(0)
+	t.casMisses.Store(0)
+	t.casBadval.Store(0)
+	t.touchHits.Store(0)
+	t.touchMisses.Store(0)
+	t.bytesRead.Store(0)
+	t.bytesWritten.Store(0)
 }
 
 // stats holds the node's totals.
 type stats struct {
-	mu    sync.Mutex
-	total counters // guarded by mu
+	total totals
 
 	currConns, totalConns, rejectedConns atomic.Int64
 }
@@ -62,23 +174,14 @@ func (c *conn) flushStats() {
 	if !c.local.dirty && c.local.bytesRead == 0 && c.local.bytesWritten == 0 {
 		return
 	}
-	st := &c.srv.stats
-	st.mu.Lock()
-	st.total.add(&c.local)
-	st.mu.Unlock()
+	c.srv.stats.total.add(&c.local)
 	c.local = counters{}
 }
 
-func (s *Server) snapshot() counters {
-	s.stats.mu.Lock()
-	defer s.stats.mu.Unlock()
-	return s.stats.total
-}
+func (s *Server) snapshot() counters { return s.stats.total.load() }
 
 func (s *Server) resetStats() {
-	s.stats.mu.Lock()
-	s.stats.total = counters{}
-	s.stats.mu.Unlock()
+	s.stats.total.reset()
 	s.stats.totalConns.Store(0)
 	s.stats.rejectedConns.Store(0)
 }
@@ -154,7 +257,12 @@ func (s *Server) writeClusterCounters(w *protocol.Writer) {
 		copies = uint64(s.cl.copies.Stats().CurrItems)
 	}
 	statUint(w, "cluster_nodes", nodes)
-	statUint(w, "served", c.served.Load())
+	served := c.served.Load()
+	if !s.routed() {
+		// A node with no cluster and no origin serves every read itself.
+		served = s.snapshot().cmdGet
+	}
+	statUint(w, "served", served)
 	statUint(w, "forwarded", c.forwarded.Load())
 	statUint(w, "forwarded_writes", c.forwardedWrites.Load())
 	statUint(w, "spilled_served", c.spilledServed.Load())
