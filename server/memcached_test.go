@@ -54,12 +54,22 @@ func requireTool(t testing.TB, name, debianPkg string) string {
 // Example: requirePythonModule(t, "pymemcache", "python3-pymemcache").
 func requirePythonModule(t testing.TB, module, debianPkg string) string {
 	t.Helper()
-	python := requireTool(t, "python3", "python3")
-	out, err := exec.Command(python, "-c", "import "+module).CombinedOutput()
-	if err != nil {
-		missingTool(t, fmt.Sprintf("python3 module %q (%v: %s)", module, err, bytes.TrimSpace(out)), debianPkg)
+	// Debian's python3-* packages install for Debian's own interpreter,
+	// which a developer's PATH may shadow with another python3 (pyenv).
+	var tried []string
+	for _, python := range []string{"/usr/bin/python3", "python3"} {
+		path, err := exec.LookPath(python)
+		if err != nil {
+			continue
+		}
+		out, err := exec.Command(path, "-c", "import "+module).CombinedOutput()
+		if err == nil {
+			return path
+		}
+		tried = append(tried, fmt.Sprintf("%s: %v: %s", path, err, bytes.TrimSpace(out)))
 	}
-	return python
+	missingTool(t, fmt.Sprintf("python3 module %q (%s)", module, strings.Join(tried, "; ")), debianPkg)
+	return ""
 }
 
 // startMemcached starts /usr/bin/memcached (found in PATH) on 127.0.0.1 with
