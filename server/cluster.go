@@ -2,12 +2,12 @@ package server
 
 import (
 	"fmt"
-	"hash/maphash"
-	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"spillway/peers"
 	"spillway/ring"
@@ -91,6 +91,9 @@ type cluster struct {
 	view atomic.Pointer[view]
 
 	holders holders
+	// fetchTimeout bounds a read sent to a peer: PeerTimeout plus the
+	// origin timeout, since the peer may be loading the key.
+	fetchTimeout time.Duration
 
 	// mu serialises onChange: memberlist never calls it concurrently, but
 	// newCluster's own first call may race with the first event.
@@ -108,13 +111,14 @@ type view struct {
 	until time.Time
 }
 
-var idSeed = maphash.MakeSeed()
+// idHash names a node in a short opaque token. A node puts its own in the
+// tag of its read-throughs and the owner looks it up in its own view, so
+// it must be the same in every process: a fixed hash, not a seeded one.
+func idHash(id string) uint64 { return xxhash.Sum64String(id) }
 
-// idHash names a node in a short opaque token. It only has to be the same
-// within this process: the holder registry maps it back to the node.
-func idHash(id string) uint64 { return maphash.String(idSeed, id) }
-
-func newCluster(cfg ClusterConfig, log *slog.Logger) (*cluster, error) {
+// newCluster joins the cluster. originTimeout lengthens the deadline of
+// reads sent to peers: the peer may be filling the key from the origin.
+func newCluster(cfg ClusterConfig, originTimeout time.Duration) (*cluster, error) {
 	cfg.setDefaults()
 	copies, err := store.New(store.Config{MaxBytes: cfg.CopyMaxBytes})
 	if err != nil {
@@ -125,7 +129,7 @@ func newCluster(cfg ClusterConfig, log *slog.Logger) (*cluster, error) {
 		copies.Close()
 		return nil, err
 	}
-	cl := &cluster{cfg: cfg, picker: picker, copies: copies}
+	cl := &cluster{cfg: cfg, picker: picker, copies: copies, fetchTimeout: cfg.PeerTimeout + originTimeout}
 	cl.view.Store(&view{ring: ring.New(nil, ring.Config{})})
 	p, err := peers.Join(cfg.Peers, cl.onChange)
 	if err != nil {
@@ -168,7 +172,7 @@ func (cl *cluster) onChange(r *ring.Ring) {
 			nv.clients[n.ID] = pc
 			continue
 		}
-		nv.clients[n.ID] = newPeerClient(meta.Peer, cl.cfg.PeerTimeout, cl.cfg.PeerMaxIdle)
+		nv.clients[n.ID] = newPeerClient(meta.Peer, cl.cfg.PeerTimeout, cl.fetchTimeout, cl.cfg.PeerMaxIdle)
 	}
 	switch {
 	case old.ring.Len() > 0:
@@ -258,8 +262,8 @@ type holder struct {
 	at   time.Time
 }
 
-// maxHolderKeys bounds the registry's memory; past it the oldest entries
-// go first (a lost invalidation is bounded by the copy TTL anyway).
+// maxHolderKeys bounds the registry's memory; past it entries are dropped
+// (a lost invalidation is bounded by the copy TTL anyway).
 const maxHolderKeys = 1 << 20
 
 func (h *holders) add(key string, node uint64, now time.Time, ttl time.Duration) {
@@ -279,6 +283,14 @@ func (h *holders) add(key string, node uint64, now time.Time, ttl time.Duration)
 	h.n++
 	if h.n > 4096 || len(h.m) > maxHolderKeys {
 		h.sweepLocked(now, ttl)
+	}
+	// Still full of live entries: forget some. Their copies then live
+	// out their TTL instead of being invalidated.
+	for k := range h.m {
+		if len(h.m) <= maxHolderKeys {
+			break
+		}
+		delete(h.m, k)
 	}
 }
 

@@ -36,6 +36,7 @@ type clusterOpts struct {
 	picker  ring.PickerConfig
 	origin  Origin
 	copyTTL time.Duration
+	idle    time.Duration // client idle timeout
 }
 
 // startCluster starts n nodes that gossip over 127.0.0.1 and waits until
@@ -67,8 +68,9 @@ func startNode(t testing.TB, name string, seeds []*testNode, o clusterOpts) *tes
 		}
 	}
 	srv, err := New(Config{
-		Logger: quietLogger(),
-		Origin: o.origin,
+		Logger:      quietLogger(),
+		Origin:      o.origin,
+		IdleTimeout: o.idle,
 		Cluster: &ClusterConfig{
 			Peers: peers.Config{
 				Name:     name,

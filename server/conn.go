@@ -119,7 +119,9 @@ func (c *conn) serve() {
 			if err := c.w.Flush(); err != nil {
 				return
 			}
-			if d := s.cfg.IdleTimeout; d > 0 {
+			// Peers keep pooled connections idle on purpose; the idle
+			// timeout is for clients.
+			if d := s.cfg.IdleTimeout; d > 0 && !c.peer {
 				c.nc.SetReadDeadline(time.Now().Add(d))
 			}
 			// Set idle before looking at closing: either Shutdown sees
@@ -161,8 +163,7 @@ func (c *conn) readFailed(err error) bool {
 	if errors.Is(err, protocol.ErrTooLarge) && (c.req.Command == protocol.CmdSet || c.req.Command == protocol.CmdMetaSet) {
 		// The value was discarded unread; the old one goes too, as in
 		// memcached.
-		c.srv.store.Delete(string(c.req.Key))
-		c.written(c.req.Key)
+		c.dropKey(c.req.Key)
 	}
 	c.w.Error(err)
 	if protocol.Fatal(err) {

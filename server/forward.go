@@ -42,8 +42,8 @@ func classicLine(req *protocol.Request) []byte {
 }
 
 // metaLine rebuilds a meta command with the client's flags in the client's
-// order, so the owner's reply carries them as the client expects, less q
-// (the entry node needs every reply; it applies q itself).
+// order, q included, so the owner's reply is exactly what the client
+// expects; forwardMeta follows a quiet command with mn to know it is done.
 func metaLine(req *protocol.Request) []byte {
 	m := &req.Meta
 	b := make([]byte, 0, 96+len(req.Key))
@@ -60,8 +60,6 @@ func metaLine(req *protocol.Request) []byte {
 	}
 	for _, f := range m.Order() {
 		switch f {
-		case 'q':
-			continue
 		case 'O':
 			if _, _, isTag := parseTag(m.Opaque); isTag {
 				continue
@@ -102,25 +100,22 @@ func (c *conn) forwardClassic(owner string, req *protocol.Request) {
 	c.relay(reply, err, req.Noreply)
 }
 
-// forwardMeta sends a meta command to the owner and relays the reply,
-// applying the client's q: it hides EN for mg and HD for the others.
+// forwardMeta sends a meta command to the owner and relays the reply. A
+// command with q may have no reply at all, so it is followed by mn and
+// whatever comes before the MN is relayed.
 func (c *conn) forwardMeta(owner string, req *protocol.Request) {
 	var data []byte
 	if req.Command == protocol.CmdMetaSet {
 		data = req.Data
 	}
-	reply, value, err := c.srv.forward(owner, string(req.Key), metaLine(req), data)
+	quiet := req.Meta.Flags.Has('q')
+	reply, value, err := c.srv.forwardQuiet(owner, string(req.Key), metaLine(req), data, quiet)
 	if err != nil {
 		c.relay(nil, err, false)
 		return
 	}
-	if req.Meta.Flags.Has('q') && len(reply) >= 2 {
-		switch code := string(reply[:2]); {
-		case code == "HD",
-			code == "EN" && req.Command == protocol.CmdMetaGet,
-			code == "VA" && req.Command == protocol.CmdMetaArith:
-			return
-		}
+	if reply == nil {
+		return // q hid it
 	}
 	c.w.Line(string(reply))
 	if value != nil {

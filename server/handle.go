@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/base64"
 	"errors"
 	"strconv"
 	"time"
@@ -21,6 +22,9 @@ func (c *conn) handle(req *protocol.Request) {
 			c.forwardClassic(owner, req)
 		}
 		return
+	}
+	if c.srv.cl != nil && isWrite(req) {
+		c.srv.settleMoved(string(req.Key), req.Command == protocol.CmdDelete || req.Command == protocol.CmdMetaDelete)
 	}
 	switch req.Command {
 	case protocol.CmdGet, protocol.CmdGets:
@@ -93,6 +97,20 @@ func (c *conn) remoteOwner(req *protocol.Request) (string, bool) {
 	}
 	owner, self := s.ownerOf(string(req.Key))
 	return owner, !self
+}
+
+// isWrite reports whether req changes its key (set needs no current value,
+// so it is not counted).
+func isWrite(req *protocol.Request) bool {
+	switch req.Command {
+	case protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend, protocol.CmdPrepend,
+		protocol.CmdCas, protocol.CmdDelete, protocol.CmdIncr, protocol.CmdDecr, protocol.CmdTouch,
+		protocol.CmdMetaSet, protocol.CmdMetaDelete, protocol.CmdMetaArith:
+		return true
+	case protocol.CmdMetaGet:
+		return req.Meta.Flags.Has('T') || req.Meta.Flags.Has('N')
+	}
+	return false
 }
 
 // countForwarded counts a forwarded request in the per-command stats as if
@@ -302,12 +320,26 @@ func (s *Server) tooLarge(key []byte, flags uint32, data []byte) bool {
 // keep seeing data the client meant to replace.
 func (c *conn) refuseTooLarge(req *protocol.Request, dropOld bool) {
 	if dropOld {
-		c.srv.store.Delete(string(req.Key))
-		c.written(req.Key)
+		c.dropKey(req.Key)
 	}
 	if !req.Noreply || req.Command == protocol.CmdMetaSet {
 		c.w.Error(protocol.ErrTooLarge)
 	}
+}
+
+// dropKey deletes key where it is owned: here, or at its owner.
+func (c *conn) dropKey(key []byte) {
+	s := c.srv
+	if owner, self := s.ownerOf(string(key)); !self && !c.peer {
+		line := []byte("delete " + string(key))
+		if !safeKey(string(key)) {
+			line = []byte("md " + base64.StdEncoding.EncodeToString(key) + " b")
+		}
+		s.forward(owner, string(key), line, nil)
+		return
+	}
+	s.store.Delete(string(key))
+	c.written(key)
 }
 
 // storeReply maps a store error to its reply word, in one place.

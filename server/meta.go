@@ -30,7 +30,9 @@ func (c *conn) metaGet(req *protocol.Request) {
 	var ok, routed bool
 	if c.peer {
 		it, ok, routed = c.peerRead(req)
-	} else if c.srv.routed() && !touch && !m.Flags.Has('N') {
+	} else if _, owned := st.Peek(key); !owned && c.srv.routed() && !touch && !m.Flags.Has('N') {
+		// Not in the owned store (where stale items and win tokens
+		// live): a plain read, routed like a get.
 		var res [1]readResult
 		c.readKeys([][]byte{req.Key}, res[:])
 		it, ok, routed = res[0].it, res[0].found, true

@@ -3,12 +3,14 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"spillway/store"
@@ -22,7 +24,8 @@ import (
 // gomemcache keeps unexported. It is safe for concurrent use.
 type peerClient struct {
 	addr    string
-	timeout time.Duration
+	timeout time.Duration // dial, writes and forwarded writes
+	slow    time.Duration // reads, which the peer may fill from the origin
 	maxIdle int
 
 	mu     sync.Mutex
@@ -36,30 +39,32 @@ type peerConn struct {
 	w  *bufio.Writer
 }
 
-func newPeerClient(addr string, timeout time.Duration, maxIdle int) *peerClient {
-	return &peerClient{addr: addr, timeout: timeout, maxIdle: maxIdle}
+func newPeerClient(addr string, timeout, slow time.Duration, maxIdle int) *peerClient {
+	return &peerClient{addr: addr, timeout: timeout, slow: max(slow, timeout), maxIdle: maxIdle}
 }
 
-func (p *peerClient) conn() (*peerConn, error) {
+// conn returns a pooled connection (pooled is true) or a new one.
+func (p *peerClient) conn() (pc *peerConn, pooled bool, err error) {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		pc := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		return pc, nil
+		return pc, true, nil
 	}
 	p.mu.Unlock()
 	nc, err := net.DialTimeout("tcp", p.addr, p.timeout)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return &peerConn{nc: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10)}, nil
+	return &peerConn{nc: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10)}, false, nil
 }
 
 // release returns a healthy connection to the pool; a failed one is closed,
-// since its stream may hold half a reply.
+// since its stream may hold half a reply, and so is one with unread bytes,
+// which the next exchange would take for its own reply.
 func (p *peerClient) release(pc *peerConn, err error) {
-	if err == nil {
+	if err == nil && pc.r.Buffered() == 0 {
 		p.mu.Lock()
 		if !p.closed && len(p.idle) < p.maxIdle {
 			p.idle = append(p.idle, pc)
@@ -81,19 +86,32 @@ func (p *peerClient) close() {
 	p.idle = nil
 }
 
-// do runs one exchange on a pooled connection with the client's timeout.
-func (p *peerClient) do(fn func(pc *peerConn) error) error {
-	pc, err := p.conn()
-	if err != nil {
-		return err
+// do runs one exchange on a pooled connection within timeout. A pooled
+// connection the peer has closed meanwhile (it restarted, or an idle
+// timeout) fails at once with EOF or a reset: the exchange is tried once
+// more on a new connection.
+func (p *peerClient) do(timeout time.Duration, fn func(pc *peerConn) error) error {
+	for attempt := 0; ; attempt++ {
+		pc, pooled, err := p.conn()
+		if err != nil {
+			return err
+		}
+		pc.nc.SetDeadline(time.Now().Add(timeout))
+		err = fn(pc)
+		if err == nil {
+			err = pc.w.Flush()
+		}
+		p.release(pc, err)
+		if err == nil || !pooled || attempt > 0 || !closedByPeer(err) {
+			return err
+		}
 	}
-	pc.nc.SetDeadline(time.Now().Add(p.timeout))
-	err = fn(pc)
-	if err == nil {
-		err = pc.w.Flush()
-	}
-	p.release(pc, err)
-	return err
+}
+
+// closedByPeer reports errors of a connection the other side had closed.
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // fetched is an item read from a peer, with its remaining lifetime.
@@ -112,13 +130,16 @@ func (p *peerClient) fetch(keys []string, tag string, now time.Time) ([]fetched,
 // fetchWith is fetch with extra mg flags (" T30" touches, for gat).
 func (p *peerClient) fetchWith(keys []string, tag, extra string, now time.Time) ([]fetched, error) {
 	out := make([]fetched, len(keys))
-	err := p.do(func(pc *peerConn) error {
+	err := p.do(p.slow, func(pc *peerConn) error {
 		for _, k := range keys {
 			pc.w.WriteString("mg ")
-			pc.w.WriteString(k)
+			b64 := writePeerKey(pc.w, k)
 			pc.w.WriteString(" v f c t O")
 			pc.w.WriteString(tag)
 			pc.w.WriteString(extra)
+			if b64 {
+				pc.w.WriteString(" b")
+			}
 			pc.w.WriteString("\r\n")
 		}
 		if err := pc.w.Flush(); err != nil {
@@ -190,40 +211,97 @@ func readMetaValue(r *bufio.Reader, key string, now time.Time) (fetched, error) 
 // the reply line and, for a VA reply, its value: what a forwarded write
 // needs to relay.
 func (p *peerClient) exchange(line, data []byte) (reply, value []byte, err error) {
-	err = p.do(func(pc *peerConn) error {
-		pc.w.Write(line)
-		pc.w.WriteString("\r\n")
-		if data != nil {
-			pc.w.Write(data)
-			pc.w.WriteString("\r\n")
-		}
+	err = p.do(p.timeout, func(pc *peerConn) error {
+		writeRequest(pc.w, line, data)
 		if err := pc.w.Flush(); err != nil {
 			return err
 		}
-		l, err := readLine(pc.r)
-		if err != nil {
-			return err
-		}
-		reply = append([]byte(nil), l...)
-		if !bytes.HasPrefix(reply, []byte("VA ")) {
-			return nil
-		}
-		f := bytes.Fields(reply[3:])
-		n := -1
-		if len(f) > 0 {
-			n, _ = strconv.Atoi(string(f[0]))
-		}
-		if n < 0 {
-			return fmt.Errorf("peer: malformed reply %q", reply)
-		}
-		value = make([]byte, n+2)
-		if _, err := io.ReadFull(pc.r, value); err != nil {
-			return err
-		}
-		value = value[:n]
-		return nil
+		reply, value, err = readReply(pc.r)
+		return err
 	})
 	return reply, value, err
+}
+
+// exchangeQuiet is exchange for a meta command with q, which may answer
+// nothing: an mn follows it, and a nil reply means only MN came back.
+func (p *peerClient) exchangeQuiet(line, data []byte) (reply, value []byte, err error) {
+	err = p.do(p.timeout, func(pc *peerConn) error {
+		writeRequest(pc.w, line, data)
+		pc.w.WriteString("mn\r\n")
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		reply, value, err = readReply(pc.r)
+		if err != nil || string(reply) == "MN" {
+			reply, value = nil, nil
+			return err
+		}
+		mn, _, err := readReply(pc.r)
+		if err == nil && string(mn) != "MN" {
+			err = peerReplyError(mn)
+		}
+		return err
+	})
+	return reply, value, err
+}
+
+func writeRequest(w *bufio.Writer, line, data []byte) {
+	w.Write(line)
+	w.WriteString("\r\n")
+	if data != nil {
+		w.Write(data)
+		w.WriteString("\r\n")
+	}
+}
+
+// readReply reads one reply line, and the value of a VA reply.
+func readReply(r *bufio.Reader) (reply, value []byte, err error) {
+	l, err := readLine(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	reply = append([]byte(nil), l...)
+	if !bytes.HasPrefix(reply, []byte("VA ")) {
+		return reply, nil, nil
+	}
+	f := bytes.Fields(reply[3:])
+	n := -1
+	if len(f) > 0 {
+		n, _ = strconv.Atoi(string(f[0]))
+	}
+	if n < 0 {
+		return nil, nil, fmt.Errorf("peer: malformed reply %q", reply)
+	}
+	value = make([]byte, n+2)
+	if _, err := io.ReadFull(r, value); err != nil {
+		return nil, nil, err
+	}
+	return reply, value[:n], nil
+}
+
+// writePeerKey writes key into a request line. A key that a client sent in
+// base64 (meta b flag) may hold any byte, spaces and newlines included,
+// and must not become a second request on the peer connection: such keys
+// travel base64-encoded again, and writePeerKey reports that the line
+// needs the b flag.
+func writePeerKey(w *bufio.Writer, key string) (b64 bool) {
+	if safeKey(key) {
+		w.WriteString(key)
+		return false
+	}
+	var buf [344]byte // base64 of a 250-byte key
+	w.Write(base64.StdEncoding.AppendEncode(buf[:0], []byte(key)))
+	return true
+}
+
+// safeKey reports whether key can stand in a request line as it is.
+func safeKey(key string) bool {
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func readLine(r *bufio.Reader) ([]byte, error) {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"strconv"
 	"strings"
@@ -116,7 +117,7 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 					// The chosen node did not answer: serve it here
 					// rather than fail the client.
 					s.counters.peerErrors.Add(1)
-					out[i] = s.fill(g.keys[j])
+					out[i] = s.fillAvoiding(g.keys[j], id)
 					s.countServed(s.cl.self, false, true)
 					continue
 				}
@@ -139,7 +140,12 @@ func (s *Server) selfID() string {
 }
 
 // fill serves a key this node does not hold, once per key at a time.
-func (s *Server) fill(key string) readResult {
+func (s *Server) fill(key string) readResult { return s.fillAvoiding(key, "") }
+
+// fillAvoiding is fill for a read whose request has just seen the node bad
+// fail: it does not ask that node again, so a dead peer costs one timeout
+// per request rather than one per key.
+func (s *Server) fillAvoiding(key, bad string) readResult {
 	led := false
 	s.filling.Add(1)
 	defer s.filling.Add(-1)
@@ -160,7 +166,7 @@ func (s *Server) fill(key string) readResult {
 			return s.fillOwned(key, v, now), nil
 		}
 		s.counters.spilledServed.Add(1)
-		if pc := v.clients[owner]; pc != nil {
+		if pc := v.clients[owner]; pc != nil && owner != bad {
 			res, err := pc.fetch([]string{key}, s.cl.tag(tagFetch), now)
 			s.counters.peerFetches.Add(1)
 			s.metrics.peerFetches.Inc()
@@ -199,13 +205,58 @@ func (s *Server) fillOwned(key string, v *view, now time.Time) readResult {
 			s.counters.peerFetches.Add(1)
 			s.metrics.peerFetches.Inc()
 			if err == nil && res[0].found {
-				it := res[0].item
-				it.CAS = s.store.Set(it)
-				return readResult{it, true}
+				return s.keepOwned(res[0].item)
 			}
 		}
 	}
 	return s.loadOrigin(key, true)
+}
+
+// settleMoved prepares a write to a key that moved to this node in the
+// last membership change (within the owner grace): if the key is not here
+// yet, it is read from its previous owner first, so that incr, append, cas,
+// add and the rest act on the current value rather than on nothing; and a
+// delete removes the previous owner's item as well, so that the next read
+// does not warm the deleted value back.
+func (s *Server) settleMoved(key string, del bool) {
+	v := s.cl.view.Load()
+	now := s.cfg.Now()
+	prev := v.previousOwner(key, s.cl.self, now)
+	if prev == "" || v.ring.Owner(key) != s.cl.self {
+		return
+	}
+	pc := v.clients[prev]
+	if pc == nil {
+		return
+	}
+	if _, ok := s.store.Peek(key); !ok {
+		res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
+		s.counters.peerFetches.Add(1)
+		if err == nil && res[0].found {
+			s.keepOwned(res[0].item)
+		}
+	}
+	if del {
+		line := "delete " + key
+		if !safeKey(key) {
+			line = "md " + base64.StdEncoding.EncodeToString([]byte(key)) + " b"
+		}
+		if _, _, err := pc.exchange([]byte(line), nil); err != nil {
+			s.counters.peerErrors.Add(1)
+		}
+	}
+}
+
+// keepOwned stores a filled item unless a client wrote the key while the
+// fill was under way: the client's write wins, and is what the reader gets.
+func (s *Server) keepOwned(it store.Item) readResult {
+	cas, err := s.store.Add(it)
+	if err == nil {
+		it.CAS = cas
+		return readResult{it, true}
+	}
+	cur, ok := s.store.Get(it.Key)
+	return readResult{cur, ok}
 }
 
 // fillForPeer serves a read-through from a node the key spilled to: from
@@ -267,13 +318,12 @@ func (s *Server) loadOrigin(key string, owned bool) readResult {
 	}
 	it.Key = key
 	if owned {
-		it.CAS = s.store.Set(it)
-	} else {
-		it.CAS = 0
-		s.putCopy(it, s.cfg.Now())
-		if got, ok := s.cl.copies.Get(key); ok {
-			it = got
-		}
+		return s.keepOwned(it)
+	}
+	it.CAS = 0
+	s.putCopy(it, s.cfg.Now())
+	if got, ok := s.cl.copies.Get(key); ok {
+		it = got
 	}
 	return readResult{it, true}
 }
@@ -290,13 +340,23 @@ func (s *Server) ownerOf(key string) (string, bool) {
 // forward sends a write to the key's owner and returns its reply line. The
 // entry node's own copy of the key is dropped: it is about to be stale.
 func (s *Server) forward(owner, key string, line, data []byte) (reply, value []byte, err error) {
+	return s.forwardQuiet(owner, key, line, data, false)
+}
+
+// forwardQuiet is forward for a request that may have no reply (meta q):
+// it is followed by mn, and a nil reply means the owner sent none.
+func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool) (reply, value []byte, err error) {
 	s.cl.copies.Delete(key)
 	pc := s.cl.view.Load().clients[owner]
 	if pc == nil {
 		return nil, nil, errNoPeer
 	}
 	s.counters.forwardedWrites.Add(1)
-	reply, value, err = pc.exchange(line, data)
+	if quiet {
+		reply, value, err = pc.exchangeQuiet(line, data)
+	} else {
+		reply, value, err = pc.exchange(line, data)
+	}
 	if err != nil {
 		s.counters.peerErrors.Add(1)
 	}
@@ -318,6 +378,9 @@ func (s *Server) invalidate(key string) {
 	}
 	v := s.cl.view.Load()
 	line := []byte("md " + key + " O" + s.cl.tag(tagInval))
+	if !safeKey(key) {
+		line = []byte("md " + base64.StdEncoding.EncodeToString([]byte(key)) + " b O" + s.cl.tag(tagInval))
+	}
 	done := make(chan struct{}, len(nodes))
 	sent := 0
 	for _, h := range nodes {

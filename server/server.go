@@ -120,7 +120,9 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	connWG    sync.WaitGroup
+	// clientConns counts the client connections in conns (peers aside).
+	clientConns int
+	connWG      sync.WaitGroup
 
 	releaseOnce sync.Once
 }
@@ -147,7 +149,7 @@ func New(cfg Config) (*Server, error) {
 	s.originSem = make(chan struct{}, cfg.OriginConcurrency)
 	s.metrics = newMetrics(s)
 	if cfg.Cluster != nil {
-		cl, err := newCluster(*cfg.Cluster, cfg.Logger)
+		cl, err := newCluster(*cfg.Cluster, cfg.OriginTimeout)
 		if err != nil {
 			st.Close()
 			return nil, fmt.Errorf("server: %w", err)
@@ -246,16 +248,24 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 	defer s.mu.Unlock()
 	if !add {
 		delete(s.conns, c)
-		s.stats.currConns.Add(-1)
+		if !c.peer {
+			s.clientConns--
+			s.stats.currConns.Add(-1)
+		}
 		s.connWG.Done()
 		return true
 	}
-	if s.closing.Load() || len(s.conns) >= s.cfg.MaxConns {
+	// Peer connections do not count against the client limit: a burst of
+	// clients must not lock the other nodes out of this one.
+	if s.closing.Load() || (!c.peer && s.clientConns >= s.cfg.MaxConns) {
 		s.stats.rejectedConns.Add(1)
 		return false
 	}
 	s.conns[c] = struct{}{}
-	s.stats.currConns.Add(1)
+	if !c.peer {
+		s.clientConns++
+		s.stats.currConns.Add(1)
+	}
 	s.connWG.Add(1)
 	return true
 }

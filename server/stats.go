@@ -27,25 +27,25 @@ type counters struct {
 // per batch, touching only the fields that moved: at pipeline depth 1 a get
 // costs four atomic adds rather than a lock and twenty adds.
 type totals struct {
-	cmdGet atomic.Uint64
-	cmdSet atomic.Uint64
-	cmdFlush atomic.Uint64
-	cmdTouch atomic.Uint64
-	cmdMeta atomic.Uint64
-	getHits atomic.Uint64
-	getMisses atomic.Uint64
-	deleteHits atomic.Uint64
+	cmdGet       atomic.Uint64
+	cmdSet       atomic.Uint64
+	cmdFlush     atomic.Uint64
+	cmdTouch     atomic.Uint64
+	cmdMeta      atomic.Uint64
+	getHits      atomic.Uint64
+	getMisses    atomic.Uint64
+	deleteHits   atomic.Uint64
 	deleteMisses atomic.Uint64
-	incrHits atomic.Uint64
-	incrMisses atomic.Uint64
-	decrHits atomic.Uint64
-	decrMisses atomic.Uint64
-	casHits atomic.Uint64
-	casMisses atomic.Uint64
-	casBadval atomic.Uint64
-	touchHits atomic.Uint64
-	touchMisses atomic.Uint64
-	bytesRead atomic.Uint64
+	incrHits     atomic.Uint64
+	incrMisses   atomic.Uint64
+	decrHits     atomic.Uint64
+	decrMisses   atomic.Uint64
+	casHits      atomic.Uint64
+	casMisses    atomic.Uint64
+	casBadval    atomic.Uint64
+	touchHits    atomic.Uint64
+	touchMisses  atomic.Uint64
+	bytesRead    atomic.Uint64
 	bytesWritten atomic.Uint64
 }
 
@@ -114,25 +114,25 @@ func (t *totals) add(c *counters) {
 
 func (t *totals) load() counters {
 	return counters{
-		cmdGet: t.cmdGet.Load(),
-		cmdSet: t.cmdSet.Load(),
-		cmdFlush: t.cmdFlush.Load(),
-		cmdTouch: t.cmdTouch.Load(),
-		cmdMeta: t.cmdMeta.Load(),
-		getHits: t.getHits.Load(),
-		getMisses: t.getMisses.Load(),
-		deleteHits: t.deleteHits.Load(),
+		cmdGet:       t.cmdGet.Load(),
+		cmdSet:       t.cmdSet.Load(),
+		cmdFlush:     t.cmdFlush.Load(),
+		cmdTouch:     t.cmdTouch.Load(),
+		cmdMeta:      t.cmdMeta.Load(),
+		getHits:      t.getHits.Load(),
+		getMisses:    t.getMisses.Load(),
+		deleteHits:   t.deleteHits.Load(),
 		deleteMisses: t.deleteMisses.Load(),
-		incrHits: t.incrHits.Load(),
-		incrMisses: t.incrMisses.Load(),
-		decrHits: t.decrHits.Load(),
-		decrMisses: t.decrMisses.Load(),
-		casHits: t.casHits.Load(),
-		casMisses: t.casMisses.Load(),
-		casBadval: t.casBadval.Load(),
-		touchHits: t.touchHits.Load(),
-		touchMisses: t.touchMisses.Load(),
-		bytesRead: t.bytesRead.Load(),
+		incrHits:     t.incrHits.Load(),
+		incrMisses:   t.incrMisses.Load(),
+		decrHits:     t.decrHits.Load(),
+		decrMisses:   t.decrMisses.Load(),
+		casHits:      t.casHits.Load(),
+		casMisses:    t.casMisses.Load(),
+		casBadval:    t.casBadval.Load(),
+		touchHits:    t.touchHits.Load(),
+		touchMisses:  t.touchMisses.Load(),
+		bytesRead:    t.bytesRead.Load(),
 		bytesWritten: t.bytesWritten.Load(),
 	}
 }

@@ -174,11 +174,26 @@ func serve(args []string, stderr io.Writer) error {
 			return err
 		}
 	}
+	// Bind the metrics port before joining: a node that cannot start
+	// must not have joined the cluster.
+	var mln net.Listener
+	if f.metrics != "" {
+		if mln, err = net.Listen("tcp", f.metrics); err != nil {
+			ln.Close()
+			if peerLn != nil {
+				peerLn.Close()
+			}
+			return err
+		}
+	}
 	srv, err := server.New(cfg)
 	if err != nil {
 		ln.Close()
 		if peerLn != nil {
 			peerLn.Close()
+		}
+		if mln != nil {
+			mln.Close()
 		}
 		return err
 	}
@@ -194,12 +209,7 @@ func serve(args []string, stderr io.Writer) error {
 		go func() { served <- srv.ServePeers(peerLn) }()
 	}
 	var metricsSrv *http.Server
-	if f.metrics != "" {
-		mln, err := net.Listen("tcp", f.metrics)
-		if err != nil {
-			srv.Close()
-			return err
-		}
+	if mln != nil {
 		metricsSrv = &http.Server{Handler: srv.MetricsHandler(), ReadHeaderTimeout: 5 * time.Second}
 		log.Info("serving metrics", "addr", mln.Addr().String())
 		go metricsSrv.Serve(mln)
@@ -213,11 +223,13 @@ func serve(args []string, stderr io.Writer) error {
 	log.Info("shutting down", "timeout", f.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 	defer cancel()
-	if metricsSrv != nil {
-		metricsSrv.Shutdown(sctx)
-	}
+	// The node first (it leaves the cluster and drains its clients), then
+	// the metrics, which may be serving a long profile.
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("shutdown: connections still open were closed", "err", err)
+	}
+	if metricsSrv != nil {
+		metricsSrv.Close()
 	}
 	if err := <-served; err != nil && !errors.Is(err, server.ErrServerClosed) {
 		return err
