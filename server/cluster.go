@@ -91,6 +91,7 @@ type cluster struct {
 	view atomic.Pointer[view]
 
 	holders holders
+	gens    copyGens
 	// fetchTimeout bounds a read sent to a peer: PeerTimeout plus the
 	// origin timeout, since the peer may be loading the key.
 	fetchTimeout time.Duration
@@ -333,4 +334,29 @@ func (h *holders) len() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.m)
+}
+
+// copyGens counts, per stripe of keys, the writes and invalidations this
+// node has seen, so that a copy fetched before one of them is not kept
+// after it. Keys share a stripe: a write to one only makes a fill of
+// another in the same stripe skip keeping its copy, once.
+type copyGens struct {
+	stripes [256]copyGen
+}
+
+type copyGen struct {
+	mu  sync.Mutex
+	gen uint64 // guarded by mu
+	_   [48]byte
+}
+
+func (g *copyGens) stripe(key string) *copyGen {
+	return &g.stripes[xxhash.Sum64String(key)&255]
+}
+
+func (g *copyGens) current(key string) uint64 {
+	st := g.stripe(key)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.gen
 }

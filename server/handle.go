@@ -231,7 +231,7 @@ func (c *conn) touchKey(k []byte, exp time.Time, exptime int64) (store.Item, err
 		}
 		return it, err
 	}
-	s.cl.copies.Delete(key)
+	s.dropCopy(key)
 	pc := s.cl.view.Load().clients[owner]
 	if pc == nil {
 		return store.Item{}, errNoPeer

@@ -333,7 +333,9 @@ func (c *conn) metaDelete(req *protocol.Request) {
 	key := string(req.Key)
 	if kind, _, ok := parseTag(m.Opaque); ok && kind == tagInval && c.peer && c.srv.cl != nil {
 		// The owner invalidates the copy this node holds.
-		if c.srv.cl.copies.Delete(key) == nil {
+		_, had := c.srv.cl.copies.Peek(key)
+		c.srv.dropCopy(key)
+		if had {
 			c.w.Line("HD")
 		} else {
 			c.w.Line("NF")

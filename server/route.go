@@ -157,7 +157,7 @@ func (s *Server) fillAvoiding(key, bad string) readResult {
 			return readResult{it, true}, nil
 		}
 		if s.cl == nil {
-			return s.loadOrigin(key, true), nil
+			return s.loadOrigin(key, true, 0), nil
 		}
 		now := s.cfg.Now()
 		v := s.cl.view.Load()
@@ -166,6 +166,7 @@ func (s *Server) fillAvoiding(key, bad string) readResult {
 			return s.fillOwned(key, v, now), nil
 		}
 		s.counters.spilledServed.Add(1)
+		gen := s.cl.gens.current(key)
 		if pc := v.clients[owner]; pc != nil && owner != bad {
 			res, err := pc.fetch([]string{key}, s.cl.tag(tagFetch), now)
 			s.counters.peerFetches.Add(1)
@@ -174,13 +175,13 @@ func (s *Server) fillAvoiding(key, bad string) readResult {
 				if !res[0].found {
 					return readResult{}, nil
 				}
-				s.putCopy(res[0].item, now)
+				s.putCopy(res[0].item, now, gen)
 				return readResult{res[0].item, true}, nil
 			}
 			s.counters.peerErrors.Add(1)
 			s.cfg.Logger.Debug("read-through failed; trying the origin", "key", key, "owner", owner, "err", err)
 		}
-		return s.loadOrigin(key, false), nil
+		return s.loadOrigin(key, false, gen), nil
 	})
 	s.countMerged(shared, led)
 	return v.(readResult)
@@ -209,7 +210,7 @@ func (s *Server) fillOwned(key string, v *view, now time.Time) readResult {
 			}
 		}
 	}
-	return s.loadOrigin(key, true)
+	return s.loadOrigin(key, true, 0)
 }
 
 // settleMoved prepares a write to a key that moved to this node in the
@@ -275,7 +276,7 @@ func (s *Server) fillForPeer(key string) readResult {
 		if it, ok := s.localGet(key); ok {
 			return readResult{it, true}, nil
 		}
-		return s.loadOrigin(key, true), nil
+		return s.loadOrigin(key, true, 0), nil
 	})
 	s.countMerged(shared, led)
 	return v.(readResult)
@@ -283,17 +284,41 @@ func (s *Server) fillForPeer(key string) readResult {
 
 // putCopy keeps an item owned elsewhere for at most the copy TTL, and
 // never beyond the item's own expiry.
-func (s *Server) putCopy(it store.Item, now time.Time) {
+//
+// gen is the key's copy generation read before the item was fetched: if a
+// write or an invalidation of the key came in since, the item may be the
+// old value, and it is not kept.
+func (s *Server) putCopy(it store.Item, now time.Time, gen uint64) {
 	limit := now.Add(s.cl.cfg.CopyTTL)
 	if it.Expires.IsZero() || it.Expires.After(limit) {
 		it.Expires = limit
 	}
+	st := s.cl.gens.stripe(it.Key)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.gen != gen {
+		return
+	}
 	s.cl.copies.Put(it)
+}
+
+// dropCopy removes this node's copy of key because the key was written or
+// invalidated: the copy generation moves on, so that a fill already under
+// way does not store the old value after this, and reads that start now do
+// not join that fill.
+func (s *Server) dropCopy(key string) {
+	st := s.cl.gens.stripe(key)
+	st.mu.Lock()
+	st.gen++
+	s.cl.copies.Delete(key)
+	st.mu.Unlock()
+	s.flights.Forget(key)
 }
 
 // loadOrigin loads key from the origin, with a timeout and at most
 // OriginConcurrency loads at once, and keeps it: owned, or as a copy.
-func (s *Server) loadOrigin(key string, owned bool) readResult {
+// gen is the copy generation for a copy (see putCopy).
+func (s *Server) loadOrigin(key string, owned bool, gen uint64) readResult {
 	if s.origin == nil {
 		return readResult{}
 	}
@@ -321,7 +346,7 @@ func (s *Server) loadOrigin(key string, owned bool) readResult {
 		return s.keepOwned(it)
 	}
 	it.CAS = 0
-	s.putCopy(it, s.cfg.Now())
+	s.putCopy(it, s.cfg.Now(), gen)
 	if got, ok := s.cl.copies.Get(key); ok {
 		it = got
 	}
@@ -346,7 +371,7 @@ func (s *Server) forward(owner, key string, line, data []byte) (reply, value []b
 // forwardQuiet is forward for a request that may have no reply (meta q):
 // it is followed by mn, and a nil reply means the owner sent none.
 func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool) (reply, value []byte, err error) {
-	s.cl.copies.Delete(key)
+	s.dropCopy(key)
 	pc := s.cl.view.Load().clients[owner]
 	if pc == nil {
 		return nil, nil, errNoPeer
@@ -370,7 +395,7 @@ func (s *Server) invalidate(key string) {
 	if s.cl == nil {
 		return
 	}
-	s.cl.copies.Delete(key)
+	s.dropCopy(key)
 	now := s.cfg.Now()
 	nodes := s.cl.holders.take(key, now, s.cl.cfg.CopyTTL)
 	if len(nodes) == 0 {
