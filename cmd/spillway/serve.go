@@ -61,7 +61,7 @@ func (f *serveFlags) options() []option {
 		{"l", "listen", &stringValue{&f.listen}, "address to listen on for clients, HOST or HOST:PORT"},
 		{"p", "port", &intValue{&f.port}, "TCP port for clients when --listen has none"},
 		{"m", "memory-limit", &sizeValue{p: &f.memoryBytes, unit: 1 << 20}, "item memory in MiB (or with a k/m/g suffix)"},
-		{"c", "conn-limit", &intValue{&f.connLimit}, "maximum simultaneous client connections"},
+		{"c", "conn-limit", &intValue{&f.connLimit}, "maximum simultaneous client connections (peer connections aside)"},
 		{"I", "max-item-size", &sizeValue{p: &f.maxItemSize, unit: 1}, "largest value accepted, in bytes (or with a k/m suffix)"},
 		{"v", "verbose", &countValue{&f.verbose}, "log connections (-v) and every command (-vv)"},
 		{"", "idle-timeout", &durationValue{&f.idleTimeout}, "close client connections idle this long (0: never)"},
