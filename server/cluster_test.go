@@ -407,31 +407,56 @@ func TestNodeDeathMidLoad(t *testing.T) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("dk-%d", i)
 	}
-	check := func(c *memcache.Client) error {
-		for _, k := range keys {
-			it, err := c.Get(k)
-			if err != nil {
-				return err
+	// Readers on the two surviving nodes read every key in a loop while
+	// the third node dies. Errors are allowed until failure detection
+	// removes it; a wrong value never is.
+	stop := make(chan struct{})
+	var wrong atomic.Value
+	var reads, failed atomic.Int64
+	var wg sync.WaitGroup
+	for _, nd := range nodes[:2] {
+		c := newClient(t, nd.addr)
+		wg.Go(func() {
+			deadline := time.Now().Add(30 * time.Second)
+			for i := 0; time.Now().Before(deadline); i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := keys[i%len(keys)]
+				it, err := c.Get(k)
+				reads.Add(1)
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case string(it.Value) != "value-of-"+k:
+					wrong.Store(fmt.Sprintf("%s = %q", k, it.Value))
+				}
 			}
-			if string(it.Value) != "value-of-"+k {
-				t.Fatalf("wrong value for %s: %q", k, it.Value)
-			}
-		}
-		return nil
+		})
 	}
-	c0 := newClient(t, nodes[0].addr)
-	if err := check(c0); err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, func() bool { return reads.Load() > 200 })
 	nodes[2].stop(t, false)
-	// While the others still think it alive, reads may fail but are never
-	// wrong; once they notice, every read succeeds.
 	waitFor(t, func() bool {
 		return nodes[0].srv.cl.view.Load().ring.Len() == 2 && nodes[1].srv.cl.view.Load().ring.Len() == 2
 	})
+	after := reads.Load()
+	waitFor(t, func() bool { return reads.Load() > after+200 })
+	close(stop)
+	wg.Wait()
+	if w := wrong.Load(); w != nil {
+		t.Fatalf("wrong value while a node died: %v", w)
+	}
+	t.Logf("%d reads, %d failed while the dead node was still in the ring", reads.Load(), failed.Load())
+	// Once the others have noticed, every key reads.
 	for _, nd := range nodes[:2] {
-		if err := check(newClient(t, nd.addr)); err != nil {
-			t.Fatalf("after failure detection: %v", err)
+		c := newClient(t, nd.addr)
+		for _, k := range keys {
+			it, err := c.Get(k)
+			if err != nil || string(it.Value) != "value-of-"+k {
+				t.Fatalf("after failure detection, %s: %v %v", k, it, err)
+			}
 		}
 	}
 }
