@@ -15,7 +15,7 @@ type Stats struct {
 
 	Evictions  uint64 // evictions: items removed to make room for others
 	Rejections uint64 // new items ristretto's admission policy (TinyLFU) refused when full; memcached has none
-	Reclaimed  uint64 // expired or flushed items removed, on access or by the TTL sweep
+	Reclaimed  uint64 // expired or flushed items removed when read
 
 	Hits       uint64 // get_hits: Get found a live item
 	Misses     uint64 // get_misses: Get found nothing, or an expired or flushed item

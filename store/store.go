@@ -25,7 +25,6 @@ package store
 
 import (
 	"hash/maphash"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -76,7 +75,6 @@ type Store struct {
 	cache    *ristretto.Cache[uint64, *entry]
 	seed     maphash.Seed
 	now      func() int64 // Unix nanoseconds
-	ttl      bool         // give ristretto TTLs so its sweep reclaims expired items
 	maxBytes int64
 
 	seq   atomic.Uint64 // CAS uniques and write sequence numbers
@@ -94,17 +92,17 @@ type Store struct {
 // maxCounters caps the TinyLFU sketch at 64 MiB.
 const maxCounters = 1 << 24
 
-// ttlSlack keeps ristretto's TTL behind the store's own expiry check, so
-// that ristretto only ever reclaims items the store already treats as
-// expired.
-const ttlSlack = time.Second
+// Items are given to ristretto without a TTL. Its TTL sweep deletes every
+// key of an expired bucket whose current expiration is not in the future,
+// and a key rewritten with no expiry has none: the sweep could delete a
+// value just STORED. Expired items are reclaimed when read, or evicted under
+// pressure, as memcached reclaims them lazily.
 
 // New returns a Store; Close releases its goroutines.
 func New(cfg Config) (*Store, error) {
 	s := &Store{
 		seed:        maphash.MakeSeed(),
 		maxBytes:    cfg.MaxBytes,
-		ttl:         cfg.Now == nil,
 		kick:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		janitorDone: make(chan struct{}),
@@ -265,14 +263,10 @@ func (s *Store) storeLocked(st *stripe, key string, h uint64, e *entry, now int6
 		return
 	}
 	s.settleKeyLocked(st, key, h)
-	var ttl time.Duration
-	if s.ttl && e.exp != 0 {
-		ttl = time.Duration(min(e.exp-now, math.MaxInt64-int64(ttlSlack))) + ttlSlack
-	}
 	// An existing key is replaced synchronously (and ristretto's OnExit
 	// uncounts the old entry); a new key is queued, or dropped if the
 	// buffer is full, in which case we drain it and try again.
-	for !s.cache.SetWithTTL(h, e, e.cost(), ttl) {
+	for !s.cache.Set(h, e, e.cost()) {
 		if s.closed.Load() {
 			return
 		}
