@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"go.uber.org/goleak"
 )
 
 func TestHelpListsEveryFlag(t *testing.T) {
@@ -233,5 +233,5 @@ func clusterNodes(addr string) int {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
