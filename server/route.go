@@ -96,35 +96,44 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 		return
 	}
 	v := s.cl.view.Load()
+	fetchGroup := func(id string, g *group) {
+		defer func() {
+			for _, r := range g.releases {
+				r()
+			}
+		}()
+		pc := v.clients[id]
+		var res []fetched
+		err := errNoPeer
+		if pc != nil {
+			res, err = pc.fetch(g.keys, s.cl.tag(tagForward), s.cfg.Now())
+		}
+		s.metrics.forwarded.Add(float64(len(g.keys)))
+		s.counters.forwarded.Add(uint64(len(g.keys)))
+		if err != nil {
+			s.counters.peerErrors.Add(1)
+		}
+		for j, i := range g.idx {
+			if err != nil {
+				// The chosen node did not answer: serve it here
+				// rather than fail the client.
+				out[i] = s.fillAvoiding(g.keys[j], id)
+				s.countServed(s.cl.self, false, true)
+				continue
+			}
+			out[i] = readResult{res[j].item, res[j].found}
+			s.countServed(id, g.primary[j], false)
+		}
+	}
+	if len(groups) == 1 { // the common case: no goroutine
+		for id, g := range groups {
+			fetchGroup(id, g)
+		}
+		return
+	}
 	var wg sync.WaitGroup
 	for id, g := range groups {
-		wg.Go(func() {
-			defer func() {
-				for _, r := range g.releases {
-					r()
-				}
-			}()
-			pc := v.clients[id]
-			var res []fetched
-			err := errNoPeer
-			if pc != nil {
-				res, err = pc.fetch(g.keys, s.cl.tag(tagForward), s.cfg.Now())
-			}
-			s.metrics.forwarded.Add(float64(len(g.keys)))
-			s.counters.forwarded.Add(uint64(len(g.keys)))
-			for j, i := range g.idx {
-				if err != nil {
-					// The chosen node did not answer: serve it here
-					// rather than fail the client.
-					s.counters.peerErrors.Add(1)
-					out[i] = s.fillAvoiding(g.keys[j], id)
-					s.countServed(s.cl.self, false, true)
-					continue
-				}
-				out[i] = readResult{res[j].item, res[j].found}
-				s.countServed(id, g.primary[j], false)
-			}
-		})
+		wg.Go(func() { fetchGroup(id, g) })
 	}
 	wg.Wait()
 }
