@@ -23,7 +23,10 @@ func (c *conn) handle(req *protocol.Request) {
 		}
 		return
 	}
-	if c.srv.cl != nil && isWrite(req) {
+	if req.Command >= protocol.CmdMetaNoop {
+		c.local.cmdMeta++
+	}
+	if c.srv.cl != nil && isWrite(req) && !c.peerTagged(req) {
 		c.srv.settleMoved(string(req.Key), req.Command == protocol.CmdDelete || req.Command == protocol.CmdMetaDelete)
 	}
 	switch req.Command {
@@ -97,6 +100,16 @@ func (c *conn) remoteOwner(req *protocol.Request) (string, bool) {
 	}
 	owner, self := s.ownerOf(string(req.Key))
 	return owner, !self
+}
+
+// peerTagged reports a meta command that a peer sent with one of its tags
+// (an invalidation, a read-through): node business, not a client's write.
+func (c *conn) peerTagged(req *protocol.Request) bool {
+	if !c.peer || req.Command < protocol.CmdMetaNoop {
+		return false
+	}
+	_, _, ok := parseTag(req.Meta.Opaque)
+	return ok
 }
 
 // isWrite reports whether req changes its key (set needs no current value,
