@@ -48,10 +48,14 @@ bench: build
 	./$(BIN) bench --local 3 --compare --zipf 1.2 --keys 10000 --conns 30 --duration 5s \
 		--prefill --origin-latency 1ms epsilon=0.25 epsilon=inf
 
+# A new input is minimized for at most 5 s (Go's default is 60 s, which can
+# take a whole short run while the fuzzer executes nothing).
+FUZZFLAGS = -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
+
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./protocol/
-	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./protocol/
-	$(GO) test -run '^$$' -fuzz '^FuzzPick$$' -fuzztime $(FUZZTIME) ./ring/
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParse$$' ./protocol/
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzReader$$' ./protocol/
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzPick$$' ./ring/
 
 clean:
 	rm -rf bin
