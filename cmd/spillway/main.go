@@ -40,7 +40,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "spillway %s (memcached %s protocol)\n", spillwayVersion, server.Version)
 		return 0
 	case "help", "-h", "--help", "-help":
+		// Everything in one page: the subcommands and all their flags.
 		fmt.Fprint(stdout, usage)
+		sf, bf := defaultServeFlags(), defaultBenchFlags()
+		fmt.Fprintln(stdout)
+		printUsage(stdout, "spillway serve", envPrefix("serve"), sf.options())
+		fmt.Fprintln(stdout)
+		printUsage(stdout, "spillway bench", envPrefix("bench"), bf.options())
 		return 0
 	default:
 		fmt.Fprintf(stderr, "spillway: unknown command %q\n\n%s", args[0], usage)

@@ -41,6 +41,19 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	}
 }
 
+func TestTopLevelHelpListsAll(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"--help"}, &out, &out); code != 0 {
+		t.Fatalf("--help exit %d", code)
+	}
+	sf, bf := defaultServeFlags(), defaultBenchFlags()
+	for _, o := range append(sf.options(), bf.options()...) {
+		if !strings.Contains(out.String(), "--"+o.long) {
+			t.Errorf("spillway --help lacks --%s", o.long)
+		}
+	}
+}
+
 func TestFlagsAndEnvironment(t *testing.T) {
 	t.Setenv("SPILLWAY_MEMORY_LIMIT", "128")
 	t.Setenv("SPILLWAY_PORT", "22122")
