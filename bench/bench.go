@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -231,6 +232,8 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("bench: more than %d keys", MaxKeys)
 	case cfg.ValueSize.Max > 1<<20:
 		return cfg, errors.New("bench: value size above 1 MiB")
+	case !finite(cfg.Zipf) || !finite(cfg.Rate) || !finite(cfg.HotShare):
+		return cfg, errors.New("bench: zipf, rate and hot share must be finite numbers")
 	case cfg.Zipf < 0 || cfg.Rate < 0 || cfg.HotShare < 0 || cfg.HotShare > 1 || cfg.HotKeyAt < 0:
 		return cfg, errors.New("bench: zipf, rate, hot-key-at must be >= 0 and hot share in [0,1]")
 	case cfg.Rate > 0 && cfg.Requests == 0 && cfg.Rate*cfg.Duration.Seconds() < 1:
@@ -240,6 +243,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	return cfg, nil
 }
+
+// finite reports whether x is neither NaN nor infinite: an infinite Zipf
+// exponent would never draw a key.
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // Run runs the benchmark described by cfg against cfg.Servers and returns
 // its report. It fails before loading anything if a server cannot be

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -260,6 +261,9 @@ func TestConfigValidation(t *testing.T) {
 		{Servers: []string{"a"}, Entry: "random"},
 		{Servers: []string{"a"}, Zipf: -1},
 		{Servers: []string{"a"}, HotShare: 2},
+		{Servers: []string{"a"}, Zipf: math.Inf(1)}, // would never draw a key
+		{Servers: []string{"a"}, Zipf: math.NaN()},
+		{Servers: []string{"a"}, Rate: math.Inf(1)},
 		{Servers: []string{"a"}, Rate: 1, Duration: time.Millisecond},
 		{Servers: []string{"a"}, ValueSize: Size{1, 2 << 20}},
 	} {

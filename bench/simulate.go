@@ -64,6 +64,9 @@ func Simulate(cfg SimConfig) (*SimReport, error) {
 	if cfg.Rate == 0 {
 		cfg.Rate = 10_000
 	}
+	if !finite(cfg.Zipf) || !finite(cfg.Rate) {
+		return nil, errors.New("bench: simulate: zipf and rate must be finite numbers")
+	}
 	if cfg.Nodes < 1 || cfg.Requests < 1 || cfg.Keys < 1 || cfg.Rate < 0 || cfg.CacheItems < 0 || cfg.Zipf < 0 {
 		return nil, errors.New("bench: simulate: nodes, requests and keys must be positive")
 	}

@@ -51,7 +51,7 @@ type benchFlags struct {
 func (f *benchFlags) options() []option {
 	return []option{
 		{"", "servers", &stringValue{&f.servers}, "comma-separated HOST:PORT targets (any memcached-protocol server)"},
-		{"", "entry", &stringValue{&f.entry}, "spread: each request to any server (round robin); hashed: the client picks the server by key"},
+		{"", "entry", &stringValue{&f.entry}, "spread: connections spread evenly over the servers (connection i to server i mod n); hashed: the client picks the server by key"},
 		{"", "conns", &intValue{&f.conns}, "concurrent connections (workers)"},
 		{"", "pipeline", &intValue{&f.pipeline}, "requests in flight per connection"},
 		{"", "duration", &durationValue{&f.duration}, "length of the measured run"},
@@ -124,6 +124,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case f.simulate:
 		return simulate(stdout, f, cfg, variants)
+	case f.compare && (f.jsonOut != "" || f.htmlOut != ""):
+		return errors.New("--json and --html write one run's report; --compare prints a table")
+	case f.local > 0 && f.servers != "":
+		return errors.New("give --servers or --local, not both")
 	case f.compare:
 		if len(variants) == 0 {
 			return errors.New("--compare needs VARIANT arguments, e.g. epsilon=0.25 epsilon=inf")
