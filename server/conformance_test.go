@@ -1160,6 +1160,11 @@ var conformanceCases = []conformanceCase{
 
 	// ---------------------------------------------------------------------
 	// ma <key> <flag>*\r\n
+	// memcached: like decr, ma writes a shorter result in place, padded
+	// with spaces; the reply carries the number alone.
+	{name: "ma-shrink-pads",
+		send: "set ma-shrink-pads 0 0 2\r\n10\r\nma ma-shrink-pads MD v\r\nmg ma-shrink-pads v\r\n",
+		want: "STORED\r\nVA 1\r\n9\r\nVA 2\r\n9 \r\n"},
 	{name: "ma-miss",
 		send: "ma ma-miss\r\nma ma-miss q\r\nma ma-miss v\r\nmn\r\n",
 		want: "NF\r\nNF\r\nNF\r\nMN\r\n"},

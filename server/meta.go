@@ -392,15 +392,15 @@ func (c *conn) metaArith(req *protocol.Request) {
 	m := &req.Meta
 	key := string(req.Key)
 	decr := m.Mode == 'D'
-	delta := m.Delta
 	created := false
+	var n uint64 // the result; the stored value may be padded (see store.AddDelta)
 	it, err := c.srv.store.Update(key, func(cur store.Item, ok bool) (store.Item, bool, error) {
 		created = false
 		if !ok {
 			if !m.Flags.Has('N') {
 				return cur, false, store.ErrNotFound
 			}
-			created = true
+			created, n = true, m.Initial
 			cur = store.Item{Key: key, Expires: store.ExpiresAt(m.Vivify, c.now())}
 			cur.Value = strconv.AppendUint(nil, m.Initial, 10)
 			return cur, true, nil
@@ -408,19 +408,10 @@ func (c *conn) metaArith(req *protocol.Request) {
 		if m.Flags.Has('C') && cur.CAS != m.CAS {
 			return cur, false, store.ErrExists
 		}
-		n, err := store.ParseCounter(cur.Value)
-		if err != nil {
+		var err error
+		if n, cur.Value, err = store.AddDelta(nil, cur.Value, m.Delta, decr); err != nil {
 			return cur, false, err
 		}
-		switch {
-		case !decr:
-			n += delta // wraps at 2^64, as memcached's incr does
-		case delta > n:
-			n = 0
-		default:
-			n -= delta
-		}
-		cur.Value = strconv.AppendUint(nil, n, 10)
 		if m.Flags.Has('T') {
 			cur.Expires = store.ExpiresAt(m.TTL, c.now())
 		}
@@ -446,8 +437,10 @@ func (c *conn) metaArith(req *protocol.Request) {
 	if m.Flags.Has('q') && !created {
 		return
 	}
+	var num []byte
 	if m.Flags.Has('v') {
-		c.w.MetaValueStart(len(it.Value))
+		num = strconv.AppendUint(nil, n, 10) // the number, not the padded value
+		c.w.MetaValueStart(len(num))
 	} else {
 		c.w.MetaStart("HD")
 	}
@@ -463,11 +456,7 @@ func (c *conn) metaArith(req *protocol.Request) {
 			c.metaKey(req)
 		}
 	}
-	if m.Flags.Has('v') {
-		c.w.MetaEnd(it.Value)
-	} else {
-		c.w.MetaEnd(nil)
-	}
+	c.w.MetaEnd(num)
 }
 
 // me <key>

@@ -100,22 +100,13 @@ func (s *Store) Incr(key string, delta uint64, decr bool) (uint64, error) {
 			return nil, ErrNotFound
 		}
 		old := cur.value()
-		v, err := ParseCounter(old)
+		var buf [32]byte // most counters fit: no allocation
+		v, num, err := AddDelta(buf[:0], old, delta, decr)
 		if err != nil {
 			return nil, err
 		}
-		switch {
-		case !decr:
-			v += delta
-		case delta > v:
-			v = 0
-		default:
-			v -= delta
-		}
 		n = v
 		sq := s.nextSeq()
-		var buf [32]byte // most counters fit: no allocation
-		num := appendCounter(buf[:0], v, len(old))
 		var bits uint32
 		if len(num) == len(old) {
 			// memcached rewrites the item in place, keeping its flags.

@@ -229,6 +229,28 @@ func isSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
 }
 
+// AddDelta is incr/decr on a stored value, as memcached does it: old is
+// parsed with ParseCounter (ErrNotNumber if it is not a number), delta is
+// added (wrapping at 2^64) or, with decr, subtracted (stopping at 0). It
+// returns the new number and appends the value to store to dst (see
+// appendCounter: padded with spaces to the old length when not longer).
+// Incr and the meta arithmetic command share it.
+func AddDelta(dst, old []byte, delta uint64, decr bool) (uint64, []byte, error) {
+	n, err := ParseCounter(old)
+	if err != nil {
+		return 0, dst, err
+	}
+	switch {
+	case !decr:
+		n += delta
+	case delta > n:
+		n = 0
+	default:
+		n -= delta
+	}
+	return n, appendCounter(dst, n, len(old)), nil
+}
+
 // appendCounter appends n as memcached writes an incr/decr result: when the
 // number is not longer than the old value, memcached rewrites the item in
 // place and pads the rest with spaces, so "10" decremented by one reads
