@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/base64"
 	"errors"
 	"strconv"
 	"time"
@@ -344,11 +343,7 @@ func (c *conn) refuseTooLarge(req *protocol.Request, dropOld bool) {
 func (c *conn) dropKey(key []byte) {
 	s := c.srv
 	if owner, self := s.ownerOf(string(key)); !self && !c.peer {
-		line := []byte("delete " + string(key))
-		if !safeKey(string(key)) {
-			line = []byte("md " + base64.StdEncoding.EncodeToString(key) + " b")
-		}
-		s.forward(owner, string(key), line, nil)
+		s.forward(owner, string(key), mdLine(string(key), ""), nil)
 		return
 	}
 	s.store.Delete(string(key))

@@ -30,7 +30,7 @@ func (c *conn) metaGet(req *protocol.Request) {
 	var ok, routed bool
 	if c.peer {
 		it, ok, routed = c.peerRead(req)
-	} else if _, owned := st.Peek(key); !owned && c.srv.routed() && !touch && !m.Flags.Has('N') {
+	} else if c.srv.routed() && !touch && !m.Flags.Has('N') && !c.owns(key) {
 		// Not in the owned store (where stale items and win tokens
 		// live): a plain read, routed like a get.
 		var res [1]readResult
@@ -125,6 +125,12 @@ func (c *conn) metaGet(req *protocol.Request) {
 	} else {
 		c.w.MetaEnd(nil)
 	}
+}
+
+// owns reports whether key is in this node's owned store.
+func (c *conn) owns(key string) bool {
+	_, ok := c.srv.store.Peek(key)
+	return ok
 }
 
 // peerRead serves an mg that another node sent with a peer tag (see
@@ -235,7 +241,7 @@ func (c *conn) metaSet(req *protocol.Request) {
 	case mode == 'A' || mode == 'P':
 		cas, err = c.metaConcat(it, hasCAS, mode == 'P')
 	case hasCAS && m.Flags.Has('I'):
-		cas, err = c.metaSetInvalidate(it, mode == 'R')
+		cas, err = c.metaSetInvalidate(it)
 	case hasCAS:
 		cas, err = st.CompareAndSwap(it)
 	case mode == 'R':
@@ -292,7 +298,7 @@ func (c *conn) metaConcat(it store.Item, hasCAS, prepend bool) (uint64, error) {
 // metaSetInvalidate is ms with C and I: a write whose CAS unique is older
 // than the item's is still stored, but marked stale, so readers know to
 // refresh it.
-func (c *conn) metaSetInvalidate(it store.Item, replace bool) (uint64, error) {
+func (c *conn) metaSetInvalidate(it store.Item) (uint64, error) {
 	next, err := c.srv.store.Update(it.Key, func(cur store.Item, ok bool) (store.Item, bool, error) {
 		if !ok {
 			return cur, false, store.ErrNotFound
@@ -307,7 +313,6 @@ func (c *conn) metaSetInvalidate(it store.Item, replace bool) (uint64, error) {
 		}
 		return it, true, nil
 	})
-	_ = replace
 	return next.CAS, err
 }
 

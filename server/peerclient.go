@@ -160,26 +160,17 @@ func (p *peerClient) fetchWith(keys []string, tag, extra string, now time.Time) 
 // readMetaValue parses "VA <n> f<flags> c<cas> t<ttl> O<tag>\r\n<data>\r\n"
 // or "EN\r\n".
 func readMetaValue(r *bufio.Reader, key string, now time.Time) (fetched, error) {
-	line, err := readLine(r)
-	if err != nil {
+	line, value, err := readReply(r)
+	switch {
+	case err != nil:
 		return fetched{}, err
-	}
-	if bytes.HasPrefix(line, []byte("EN")) {
+	case bytes.HasPrefix(line, []byte("EN")):
 		return fetched{}, nil
-	}
-	if !bytes.HasPrefix(line, []byte("VA ")) {
+	case value == nil:
 		return fetched{}, peerReplyError(line)
 	}
-	fields := bytes.Fields(line[3:])
-	if len(fields) == 0 {
-		return fetched{}, fmt.Errorf("peer: malformed reply %q", line)
-	}
-	n, err := strconv.Atoi(string(fields[0]))
-	if err != nil || n < 0 {
-		return fetched{}, fmt.Errorf("peer: malformed reply %q", line)
-	}
-	it := store.Item{Key: key}
-	for _, f := range fields[1:] {
+	it := store.Item{Key: key, Value: value}
+	for _, f := range bytes.Fields(line[3:])[1:] { // after "VA <size>"
 		if len(f) < 2 {
 			continue
 		}
@@ -196,14 +187,6 @@ func readMetaValue(r *bufio.Reader, key string, now time.Time) (fetched, error) 
 			}
 		}
 	}
-	it.Value = make([]byte, n+2)
-	if _, err := io.ReadFull(r, it.Value); err != nil {
-		return fetched{}, err
-	}
-	if !bytes.HasSuffix(it.Value, []byte("\r\n")) {
-		return fetched{}, fmt.Errorf("peer: value of %q not terminated", key)
-	}
-	it.Value = it.Value[:n]
 	return fetched{item: it, found: true}, nil
 }
 
@@ -276,6 +259,9 @@ func readReply(r *bufio.Reader) (reply, value []byte, err error) {
 	if _, err := io.ReadFull(r, value); err != nil {
 		return nil, nil, err
 	}
+	if !bytes.HasSuffix(value, []byte("\r\n")) {
+		return nil, nil, fmt.Errorf("peer: value after %q not terminated", reply)
+	}
 	return reply, value[:n], nil
 }
 
@@ -292,6 +278,19 @@ func writePeerKey(w *bufio.Writer, key string) (b64 bool) {
 	var buf [344]byte // base64 of a 250-byte key
 	w.Write(base64.StdEncoding.AppendEncode(buf[:0], []byte(key)))
 	return true
+}
+
+// mdLine builds a meta delete of key for a peer, with flags (" O<tag>")
+// appended; like writePeerKey, it sends a key that cannot stand in a line
+// as it is base64-encoded with the b flag.
+func mdLine(key, flags string) []byte {
+	b := append(make([]byte, 0, 8+len(key)*4/3+len(flags)), "md "...)
+	if safeKey(key) {
+		b = append(b, key...)
+	} else {
+		b = append(base64.StdEncoding.AppendEncode(b, []byte(key)), " b"...)
+	}
+	return append(b, flags...)
 }
 
 // safeKey reports whether key can stand in a request line as it is.

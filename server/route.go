@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"strconv"
 	"strings"
@@ -247,11 +246,7 @@ func (s *Server) settleMoved(key string, del bool) {
 		}
 	}
 	if del {
-		line := "delete " + key
-		if !safeKey(key) {
-			line = "md " + base64.StdEncoding.EncodeToString([]byte(key)) + " b"
-		}
-		if _, _, err := pc.exchange([]byte(line), nil); err != nil {
+		if _, _, err := pc.exchange(mdLine(key, ""), nil); err != nil {
 			s.counters.peerErrors.Add(1)
 		}
 	}
@@ -411,10 +406,7 @@ func (s *Server) invalidate(key string) {
 		return
 	}
 	v := s.cl.view.Load()
-	line := []byte("md " + key + " O" + s.cl.tag(tagInval))
-	if !safeKey(key) {
-		line = []byte("md " + base64.StdEncoding.EncodeToString([]byte(key)) + " b O" + s.cl.tag(tagInval))
-	}
+	line := mdLine(key, " O"+s.cl.tag(tagInval))
 	done := make(chan struct{}, len(nodes))
 	sent := 0
 	for _, h := range nodes {
