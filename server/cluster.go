@@ -54,6 +54,12 @@ type ClusterConfig struct {
 	// InvalidateTimeout bounds how long a write waits for copies to be
 	// invalidated before it answers. If zero, DefaultInvalidateTimeout.
 	InvalidateTimeout time.Duration
+
+	// viewGate, if set, is called with the members of each ring learned
+	// from gossip before this node installs it; it may block, to hold the
+	// node's view back. The history checker uses it to make views
+	// disagree for seconds, as they can on a real network.
+	viewGate func(members []string)
 }
 
 func (c *ClusterConfig) setDefaults() {
@@ -96,9 +102,16 @@ type cluster struct {
 	// origin timeout, since the peer may be loading the key.
 	fetchTimeout time.Duration
 
-	// mu serialises onChange: memberlist never calls it concurrently, but
-	// newCluster's own first call may race with the first event.
+	// mu serialises install: the applier and newCluster's first call.
 	mu sync.Mutex
+
+	// next holds the latest ring gossip reported and not yet installed;
+	// the applier goroutine installs it (only the latest: intermediate
+	// rings are skipped). memberlist calls onChange under its own lock,
+	// so onChange only hands the ring over.
+	next     chan *ring.Ring
+	stop     chan struct{}
+	appliers sync.WaitGroup
 }
 
 // view is an immutable snapshot of the membership.
@@ -130,7 +143,8 @@ func newCluster(cfg ClusterConfig, originTimeout time.Duration) (*cluster, error
 		copies.Close()
 		return nil, err
 	}
-	cl := &cluster{cfg: cfg, picker: picker, copies: copies, fetchTimeout: cfg.PeerTimeout + originTimeout}
+	cl := &cluster{cfg: cfg, picker: picker, copies: copies, fetchTimeout: cfg.PeerTimeout + originTimeout,
+		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}
 	cl.view.Store(&view{ring: ring.New(nil, ring.Config{})})
 	p, err := peers.Join(cfg.Peers, cl.onChange)
 	if err != nil {
@@ -142,19 +156,54 @@ func newCluster(cfg ClusterConfig, originTimeout time.Duration) (*cluster, error
 	cl.self = p.Self()
 	cl.selfH = idHash(cl.self)
 	cl.mu.Unlock()
-	cl.onChange(p.Ring())
+	cl.install(p.Ring())
+	cl.appliers.Add(1)
+	go cl.apply()
 	return cl, nil
 }
 
-// onChange installs a new ring. memberlist calls it from its event loop, so
-// it does little: build peer clients for new members and swap.
+// onChange hands a ring learned from gossip to the applier. memberlist
+// calls it under its own lock, so it never blocks: a ring not yet
+// installed is replaced by the newer one.
 func (cl *cluster) onChange(r *ring.Ring) {
+	for {
+		select {
+		case cl.next <- r:
+			return
+		default:
+		}
+		select {
+		case <-cl.next:
+		default:
+		}
+	}
+}
+
+// apply installs the rings onChange hands over, one at a time, until close.
+func (cl *cluster) apply() {
+	defer cl.appliers.Done()
+	for {
+		select {
+		case <-cl.stop:
+			return
+		case r := <-cl.next:
+			if cl.cfg.viewGate != nil {
+				ids := make([]string, 0, r.Len())
+				for _, n := range r.Nodes() {
+					ids = append(ids, n.ID)
+				}
+				cl.cfg.viewGate(ids)
+			}
+			cl.install(r)
+		}
+	}
+}
+
+// install makes r this node's view: peer clients for new members, then
+// one swap.
+func (cl *cluster) install(r *ring.Ring) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if cl.peers == nil {
-		// Still inside peers.Join; newCluster installs the ring after it.
-		return
-	}
 	old := cl.view.Load()
 	if old.ring.Len() > 0 && sameMembers(old.ring, r) {
 		return
@@ -228,6 +277,8 @@ func (v *view) previousOwner(key, self string, now time.Time) string {
 
 func (cl *cluster) close() {
 	cl.peers.Shutdown()
+	close(cl.stop)
+	cl.appliers.Wait()
 	if v := cl.view.Load(); v != nil {
 		for _, pc := range v.clients {
 			pc.close()

@@ -37,6 +37,9 @@ type clusterOpts struct {
 	origin  Origin
 	copyTTL time.Duration
 	idle    time.Duration // client idle timeout
+	// tune, if set, adjusts each node's Config before it starts (any
+	// ClusterConfig field, including test hooks such as viewGate).
+	tune func(name string, cfg *Config)
 }
 
 // startCluster starts n nodes that gossip over 127.0.0.1 and waits until
@@ -67,7 +70,7 @@ func startNode(t testing.TB, name string, seeds []*testNode, o clusterOpts) *tes
 			join = append(join, s.gossip)
 		}
 	}
-	srv, err := New(Config{
+	cfg := Config{
 		Logger:      quietLogger(),
 		Origin:      o.origin,
 		IdleTimeout: o.idle,
@@ -84,7 +87,11 @@ func startNode(t testing.TB, name string, seeds []*testNode, o clusterOpts) *tes
 			Picker:  o.picker,
 			CopyTTL: o.copyTTL,
 		},
-	})
+	}
+	if o.tune != nil {
+		o.tune(name, &cfg)
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
