@@ -27,6 +27,18 @@ type Meta struct {
 	// weight 2 owns about twice the keys of a node of weight 1.
 	// 0 means 1; negative weights are rejected by Join.
 	Weight int `json:"w,omitempty"`
+
+	// Boot identifies this run of the node: a node restarted under the
+	// same name has a new one, so the others can tell a restart (whatever
+	// it held is gone) from a node they declared dead coming back.
+	Boot string `json:"b,omitempty"`
+
+	// Protocol is the version of the protocol nodes speak to each other,
+	// and Ring the fingerprint of how the node builds rings (hash and
+	// virtual nodes). Nodes that differ in either must not share keys;
+	// the server refuses to mix them.
+	Protocol int    `json:"v,omitempty"`
+	Ring     string `json:"r,omitempty"`
 }
 
 // metaVersion is the first byte of an encoded Meta. The rest is JSON, so

@@ -302,3 +302,25 @@ func (r *Ring) Walk(key string, order Order) iter.Seq[string] {
 		}
 	}
 }
+
+// Weight returns member id's weight as the ring uses it, and whether id is
+// a member.
+func (r *Ring) Weight(id string) (int, bool) {
+	if i, ok := r.nodeIndex(id); ok {
+		return r.nodes[i].Weight, true
+	}
+	return 0, false
+}
+
+// Has reports whether id is a member.
+func (r *Ring) Has(id string) bool {
+	_, ok := r.nodeIndex(id)
+	return ok
+}
+
+// Without returns the ring of r's members other than id, built the same
+// way: the ring the others had before id joined.
+func (r *Ring) Without(id string) *Ring {
+	nodes := slices.DeleteFunc(r.Nodes(), func(n Node) bool { return n.ID == id })
+	return New(nodes, Config{VNodes: r.VNodes(), Hash: r.hash})
+}

@@ -297,3 +297,30 @@ func TestStrings(t *testing.T) {
 		}
 	}
 }
+
+func TestMembership(t *testing.T) {
+	r := New([]Node{{ID: "a"}, {ID: "b", Weight: 3}, {ID: "c"}}, Config{VNodes: 20})
+	for _, tc := range []struct {
+		id     string
+		has    bool
+		weight int
+	}{{"a", true, 1}, {"b", true, 3}, {"z", false, 0}} {
+		if r.Has(tc.id) != tc.has {
+			t.Errorf("Has(%q) = %v", tc.id, !tc.has)
+		}
+		if w, ok := r.Weight(tc.id); w != tc.weight || ok != tc.has {
+			t.Errorf("Weight(%q) = %d, %v", tc.id, w, ok)
+		}
+	}
+	wo := r.Without("b")
+	want := New([]Node{{ID: "a"}, {ID: "c"}}, Config{VNodes: 20})
+	for i := range 1000 {
+		k := strconv.Itoa(i)
+		if wo.Owner(k) != want.Owner(k) {
+			t.Fatalf("Without(b).Owner(%s) = %s, want %s", k, wo.Owner(k), want.Owner(k))
+		}
+	}
+	if r.Len() != 3 {
+		t.Error("Without changed the ring")
+	}
+}

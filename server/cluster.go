@@ -1,7 +1,11 @@
 package server
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,6 +26,7 @@ const (
 	DefaultPeerMaxIdle       = 64
 	DefaultOwnerGrace        = 30 * time.Second
 	DefaultInvalidateTimeout = 100 * time.Millisecond
+	DefaultFenceTTL          = 30 * time.Second
 )
 
 // ClusterConfig makes a node one of a cluster. The node joins through
@@ -54,6 +59,10 @@ type ClusterConfig struct {
 	// InvalidateTimeout bounds how long a write waits for copies to be
 	// invalidated before it answers. If zero, DefaultInvalidateTimeout.
 	InvalidateTimeout time.Duration
+	// FenceTTL is how long this node counts a member that announced itself
+	// directly (a hand-off fence) before gossip told of it; a fence from a
+	// member gossip never reports lapses then. If zero, DefaultFenceTTL.
+	FenceTTL time.Duration
 
 	// viewGate, if set, is called with the members of each ring learned
 	// from gossip before this node installs it; it may block, to hold the
@@ -81,37 +90,68 @@ func (c *ClusterConfig) setDefaults() {
 	if c.InvalidateTimeout == 0 {
 		c.InvalidateTimeout = DefaultInvalidateTimeout
 	}
+	if c.FenceTTL == 0 {
+		c.FenceTTL = DefaultFenceTTL
+	}
 }
 
 // cluster is a node's view of the others.
 type cluster struct {
 	cfg    ClusterConfig
+	srv    *Server
+	log    *slog.Logger
 	self   string
 	selfH  uint64
+	boot   string // this incarnation's ID, in the node's meta
 	peers  *peers.Peers
 	picker *ring.Picker
 	copies *store.Store
 
-	// view is the current membership: ring, peer clients and the
-	// previous ring, swapped as one on every change.
+	// view is the current membership: ring, peer clients, the previous
+	// ring and the hand-off state, swapped as one on every change.
 	view atomic.Pointer[view]
+	// hist is the views so far, for the owned store's Valid hook.
+	hist atomic.Pointer[history]
+	// keys is the ownership lock (see ownership.go).
+	keys keyLocks
 
 	holders holders
-	gens    copyGens
 	// fetchTimeout bounds a read sent to a peer: PeerTimeout plus the
 	// origin timeout, since the peer may be loading the key.
 	fetchTimeout time.Duration
 
-	// mu serialises install: the applier and newCluster's first call.
+	// mu guards what follows and serialises installs.
 	mu sync.Mutex
+	// gossip is the ring gossip last reported and the applier installed.
+	gossip *ring.Ring
+	// fenced holds members that announced themselves with a hand-off
+	// fence (or that a fence reply told of) before gossip reported them.
+	fenced map[string]fenceRecord
+	// boots is the boot ID last seen of each member, to tell a restart
+	// (new ID) from the same run; gone is the boot ID of each member that
+	// left gossip's ring, to tell one declared dead that comes back (same
+	// ID).
+	boots map[string]string
+	gone  map[string]string
+	// settled is the last ring whose hand-off completed: keys this node
+	// owns now and did not own in it wait for the hand-off.
+	settled *ring.Ring
+	leaving bool
+	warned  map[string]bool // members already logged as incompatible
 
 	// next holds the latest ring gossip reported and not yet installed;
 	// the applier goroutine installs it (only the latest: intermediate
 	// rings are skipped). memberlist calls onChange under its own lock,
 	// so onChange only hands the ring over.
-	next     chan *ring.Ring
-	stop     chan struct{}
-	appliers sync.WaitGroup
+	next  chan *ring.Ring
+	stop  chan struct{}
+	tasks sync.WaitGroup // the applier and hand-off goroutines
+}
+
+// fenceRecord is a member known from a fence rather than from gossip.
+type fenceRecord struct {
+	meta peers.Meta
+	at   time.Time
 }
 
 // view is an immutable snapshot of the membership.
@@ -123,6 +163,10 @@ type view struct {
 	// owners stop being asked for keys that moved.
 	prev  *ring.Ring
 	until time.Time
+	// base is the last ring whose hand-off completed; done is closed
+	// when this view's hand-off completes (at once if it gained nothing).
+	base *ring.Ring
+	done chan struct{}
 }
 
 // idHash names a node in a short opaque token. A node puts its own in the
@@ -130,11 +174,19 @@ type view struct {
 // it must be the same in every process: a fixed hash, not a seeded one.
 func idHash(id string) uint64 { return xxhash.Sum64String(id) }
 
+// Peer protocol version and ring parameters, in every node's meta: nodes
+// that disagree on either would each own keys the other also owns, so
+// they refuse to mix (see compatible).
+const (
+	peerProtocol = 2
+	ringHash     = "xxh64"
+)
+
 // newCluster joins the cluster. originTimeout lengthens the deadline of
 // reads sent to peers: the peer may be filling the key from the origin.
-func newCluster(cfg ClusterConfig, originTimeout time.Duration) (*cluster, error) {
+func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cfg.setDefaults()
-	copies, err := store.New(store.Config{MaxBytes: cfg.CopyMaxBytes})
+	copies, err := store.New(store.Config{MaxBytes: cfg.CopyMaxBytes, Now: srv.cfg.Now})
 	if err != nil {
 		return nil, err
 	}
@@ -143,9 +195,16 @@ func newCluster(cfg ClusterConfig, originTimeout time.Duration) (*cluster, error
 		copies.Close()
 		return nil, err
 	}
-	cl := &cluster{cfg: cfg, picker: picker, copies: copies, fetchTimeout: cfg.PeerTimeout + originTimeout,
+	var b [8]byte
+	rand.Read(b[:])
+	cl := &cluster{cfg: cfg, srv: srv, log: srv.cfg.Logger, picker: picker, copies: copies,
+		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: hex.EncodeToString(b[:]),
+		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string), warned: make(map[string]bool),
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}
-	cl.view.Store(&view{ring: ring.New(nil, ring.Config{})})
+	cl.view.Store(&view{ring: ring.New(nil, ring.Config{}), done: closedChan})
+	cfg.Peers.Meta.Boot = cl.boot
+	cfg.Peers.Meta.Protocol = peerProtocol
+	cfg.Peers.Meta.Ring = cl.ringParams()
 	p, err := peers.Join(cfg.Peers, cl.onChange)
 	if err != nil {
 		copies.Close()
@@ -156,10 +215,59 @@ func newCluster(cfg ClusterConfig, originTimeout time.Duration) (*cluster, error
 	cl.self = p.Self()
 	cl.selfH = idHash(cl.self)
 	cl.mu.Unlock()
-	cl.install(p.Ring())
-	cl.appliers.Add(1)
+	if err := cl.refuseIncompatible(); err != nil {
+		p.Shutdown()
+		copies.Close()
+		return nil, err
+	}
+	cl.mu.Lock()
+	cl.gossip = p.Ring()
+	cl.installLocked()
+	cl.mu.Unlock()
+	cl.tasks.Add(1)
 	go cl.apply()
 	return cl, nil
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// ringParams is the fingerprint of how this node builds rings.
+func (cl *cluster) ringParams() string {
+	vn := cl.cfg.Peers.VNodes
+	if vn == 0 {
+		vn = ring.DefaultVNodes
+	}
+	return ringHash + "/" + strconv.Itoa(vn)
+}
+
+// compatible reports whether a member's meta says it routes as this node
+// does; the reason if not.
+func (cl *cluster) compatible(m peers.Meta) (bool, string) {
+	if m.Protocol != peerProtocol {
+		return false, fmt.Sprintf("peer protocol %d, this node speaks %d", m.Protocol, peerProtocol)
+	}
+	if m.Ring != cl.ringParams() {
+		return false, fmt.Sprintf("ring %q, this node builds %q", m.Ring, cl.ringParams())
+	}
+	return true, ""
+}
+
+// refuseIncompatible fails a join into a cluster whose members route
+// differently: the node would own keys they own too.
+func (cl *cluster) refuseIncompatible() error {
+	for _, n := range cl.peers.Ring().Nodes() {
+		if n.ID == cl.self {
+			continue
+		}
+		m, ok := cl.peers.Meta(n.ID)
+		if !ok {
+			continue
+		}
+		if ok, why := cl.compatible(m); !ok {
+			return fmt.Errorf("refusing to join: member %s has %s", n.ID, why)
+		}
+	}
+	return nil
 }
 
 // onChange hands a ring learned from gossip to the applier. memberlist
@@ -179,13 +287,20 @@ func (cl *cluster) onChange(r *ring.Ring) {
 	}
 }
 
-// apply installs the rings onChange hands over, one at a time, until close.
+// apply installs the rings onChange hands over, one at a time, and lets
+// fences that gossip never confirmed lapse, until close.
 func (cl *cluster) apply() {
-	defer cl.appliers.Done()
+	defer cl.tasks.Done()
+	tick := time.NewTicker(max(cl.cfg.FenceTTL/4, 10*time.Millisecond))
+	defer tick.Stop()
 	for {
 		select {
 		case <-cl.stop:
 			return
+		case <-tick.C:
+			cl.mu.Lock()
+			cl.installLocked()
+			cl.mu.Unlock()
 		case r := <-cl.next:
 			if cl.cfg.viewGate != nil {
 				ids := make([]string, 0, r.Len())
@@ -194,72 +309,188 @@ func (cl *cluster) apply() {
 				}
 				cl.cfg.viewGate(ids)
 			}
-			cl.install(r)
+			cl.tellReturning(r)
+			cl.mu.Lock()
+			cl.gossip = r
+			cl.installLocked()
+			cl.mu.Unlock()
 		}
 	}
 }
 
-// install makes r this node's view: peer clients for new members, then
-// one swap.
-func (cl *cluster) install(r *ring.Ring) {
+// tellReturning warns each member that comes back into the ring under the
+// boot ID it had when this node saw it go (so it was declared dead, not
+// restarted) that it was: it then drops what it owned, which the others
+// may have overwritten meanwhile. It is told before this node routes to it
+// again; an unreachable one is still partitioned and is told nothing.
+func (cl *cluster) tellReturning(r *ring.Ring) {
 	cl.mu.Lock()
-	defer cl.mu.Unlock()
+	if old := cl.gossip; old != nil {
+		for _, n := range old.Nodes() {
+			if !r.Has(n.ID) && n.ID != cl.self {
+				cl.gone[n.ID] = cl.boots[n.ID]
+			}
+		}
+	}
+	var back []peers.Meta
+	for _, n := range r.Nodes() {
+		b, wasGone := cl.gone[n.ID]
+		if !wasGone {
+			continue
+		}
+		delete(cl.gone, n.ID)
+		if m, ok := cl.peers.Meta(n.ID); ok && m.Boot != "" && m.Boot == b {
+			back = append(back, m)
+		}
+	}
+	cl.mu.Unlock()
+	for _, m := range back {
+		pc := newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.cfg.PeerTimeout, 1)
+		_, err := pc.control(cl.tag(tagControl), "dead", []byte(m.Boot))
+		pc.close()
+		cl.log.Info("told a member that comes back that it was declared dead", "member", m.Peer, "err", err)
+	}
+}
+
+// effective returns the members this node routes to: gossip's, those
+// known from fences, less this node while it leaves, less members that
+// route differently. mu held.
+func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers.Meta) {
+	metas := make(map[string]peers.Meta)
+	var nodes []ring.Node
+	if cl.gossip != nil {
+		for _, n := range cl.gossip.Nodes() {
+			if n.ID == cl.self {
+				if !cl.leaving {
+					nodes = append(nodes, n)
+				}
+				continue
+			}
+			m, ok := cl.peers.Meta(n.ID)
+			if !ok {
+				continue
+			}
+			if ok, why := cl.compatible(m); !ok {
+				if !cl.warned[n.ID] {
+					cl.warned[n.ID] = true
+					cl.log.Error("member routes differently; keeping it out of this node's ring", "member", n.ID, "reason", why)
+				}
+				continue
+			}
+			if uniqueNode(n.ID) == uniqueNode(cl.self) && !cl.warned["cas:"+n.ID] {
+				cl.warned["cas:"+n.ID] = true
+				cl.log.Warn("member's name hashes to this node's CAS unique bits; rename one", "member", n.ID)
+			}
+			metas[n.ID] = m
+			nodes = append(nodes, n)
+		}
+	}
+	departed := make(map[string]time.Time)
+	for _, m := range cl.peers.Members() {
+		if m.State != peers.StateAlive {
+			departed[m.ID] = m.Since
+		}
+	}
+	for id, f := range cl.fenced {
+		_, inGossip := metas[id]
+		gone, ok := departed[id]
+		if inGossip || (ok && gone.After(f.at)) || now.Sub(f.at) > cl.cfg.FenceTTL {
+			delete(cl.fenced, id)
+			continue
+		}
+		metas[id] = f.meta
+		nodes = append(nodes, ring.Node{ID: id, Weight: f.meta.Weight})
+	}
+	return nodes, metas
+}
+
+// installLocked recomputes this node's view and installs it if it
+// changed (mu held). Installing waits for writes under way (keyLocks), so
+// that none of them stores under the old view once the new one is in
+// place; then it drops every copy, since copies are only as good as the
+// ownership they were read under; and if this node gained keys, it fences
+// their previous owners (settle) before it serves them.
+func (cl *cluster) installLocked() {
+	now := cl.srv.cfg.Now()
+	nodes, metas := cl.effectiveLocked(now)
+	r := ring.New(nodes, ring.Config{VNodes: cl.cfg.Peers.VNodes})
 	old := cl.view.Load()
-	if old.ring.Len() > 0 && sameMembers(old.ring, r) {
+	restarted := false
+	for id, m := range metas {
+		if b, ok := cl.boots[id]; ok && b != m.Boot {
+			restarted = true
+		}
+		cl.boots[id] = m.Boot
+	}
+	if cl.hist.Load() != nil && sameMembers(old.ring, r) && !restarted {
 		return
 	}
-	nv := &view{ring: r, clients: make(map[string]*peerClient), byHash: make(map[uint64]string)}
+	nv := &view{ring: r, clients: make(map[string]*peerClient), byHash: make(map[uint64]string), done: make(chan struct{})}
 	for _, n := range r.Nodes() {
 		nv.byHash[idHash(n.ID)] = n.ID
 		if n.ID == cl.self {
 			continue
 		}
-		meta, ok := cl.peers.Meta(n.ID)
-		if !ok {
-			continue
-		}
-		if pc, ok := old.clients[n.ID]; ok && pc.addr == meta.Peer {
+		m := metas[n.ID]
+		if pc, ok := old.clients[n.ID]; ok && pc.addr == m.Peer {
 			nv.clients[n.ID] = pc
 			continue
 		}
-		nv.clients[n.ID] = newPeerClient(meta.Peer, cl.cfg.PeerTimeout, cl.fetchTimeout, cl.cfg.PeerMaxIdle)
+		nv.clients[n.ID] = newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.fetchTimeout, cl.cfg.PeerMaxIdle)
 	}
 	switch {
 	case old.ring.Len() > 0:
 		nv.prev = old.ring
-		nv.until = time.Now().Add(cl.cfg.OwnerGrace)
+		nv.until = now.Add(cl.cfg.OwnerGrace)
 	case r.Len() > 1:
 		// A node joining a running cluster: the keys it now owns were
 		// owned by the others, as in the ring without it.
-		var others []ring.Node
-		for _, n := range r.Nodes() {
-			if n.ID != cl.self {
-				others = append(others, n)
-			}
-		}
-		nv.prev = ring.New(others, ring.Config{VNodes: cl.cfg.Peers.VNodes})
-		nv.until = time.Now().Add(cl.cfg.OwnerGrace)
+		nv.prev = r.Without(cl.self)
+		nv.until = now.Add(cl.cfg.OwnerGrace)
 	}
+	if cl.settled == nil && nv.prev != nil {
+		cl.settled = nv.prev
+	}
+	nv.base = cl.settled
+
+	cl.keys.lockAll()
+	cl.hist.Store(cl.hist.Load().push(epoch{seq: cl.srv.store.Seq(), ring: r, at: now}))
 	cl.picker.Swap(r)
 	cl.view.Store(nv)
+	cl.keys.unlockAll()
+	cl.dropCopies()
+
 	for id, pc := range old.clients {
 		if nv.clients[id] != pc {
 			pc.close()
 		}
 	}
+	if nv.base == nil || !gains(nv.base, r, cl.self) {
+		cl.settled = r
+		close(nv.done)
+		return
+	}
+	cl.tasks.Add(1)
+	go cl.settle(nv)
+}
+
+// gains reports whether a node owns keys in r that it did not own in base:
+// it is new, or a member of base left or changed weight (a member that
+// joins only takes keys away).
+func gains(base, r *ring.Ring, self string) bool {
+	if !base.Has(self) {
+		return r.Has(self)
+	}
+	for _, n := range base.Nodes() {
+		if w, ok := r.Weight(n.ID); !ok || w != n.Weight {
+			return true
+		}
+	}
+	return false
 }
 
 func sameMembers(a, b *ring.Ring) bool {
-	an, bn := a.Nodes(), b.Nodes()
-	if len(an) != len(bn) {
-		return false
-	}
-	for i := range an {
-		if an[i] != bn[i] {
-			return false
-		}
-	}
-	return true
+	return slices.Equal(a.Nodes(), b.Nodes())
 }
 
 // previousOwner returns the node that owned key before the last membership
@@ -275,139 +506,62 @@ func (v *view) previousOwner(key, self string, now time.Time) string {
 	return prev
 }
 
+// owns reports whether this node owns key in v and may act as its owner:
+// the hand-off of a key it gained is complete.
+func (cl *cluster) owns(v *view, key string) bool {
+	if v.ring.Owner(key) != cl.self {
+		return false
+	}
+	select {
+	case <-v.done:
+		return true
+	default:
+		return v.base.Owner(key) == cl.self
+	}
+}
+
+// awaitOwnership returns the current view once key's hand-off in it is
+// complete or has taken PeerTimeout; the caller checks owns again.
+func (cl *cluster) awaitOwnership(key string) *view {
+	v := cl.view.Load()
+	if v.ring.Owner(key) != cl.self || cl.owns(v, key) {
+		return v
+	}
+	t := time.NewTimer(cl.cfg.PeerTimeout)
+	defer t.Stop()
+	select {
+	case <-v.done:
+	case <-t.C:
+	}
+	return cl.view.Load()
+}
+
+// leave makes this node own nothing, at once: it refuses writes and
+// routes every read to the others, before it tells them it is going.
+func (cl *cluster) leave() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.leaving = true
+	cl.installLocked()
+}
+
+// valid is the owned store's Valid hook (see history.valid).
+func (cl *cluster) valid(key string, seq uint64) bool {
+	h := cl.hist.Load()
+	if h == nil {
+		return true
+	}
+	return h.valid(key, seq, cl.self, cl.srv.cfg.Now(), cl.cfg.OwnerGrace)
+}
+
 func (cl *cluster) close() {
 	cl.peers.Shutdown()
 	close(cl.stop)
-	cl.appliers.Wait()
+	cl.tasks.Wait()
 	if v := cl.view.Load(); v != nil {
 		for _, pc := range v.clients {
 			pc.close()
 		}
 	}
 	cl.copies.Close()
-}
-
-// Opaque tags mark what a peer asks for in an mg on the peer port. They are
-// made by peers only: an entry node rebuilds every request it forwards.
-const (
-	tagForward = "fwd." // a read routed here: serve it, reading through if need be
-	tagFetch   = "get." // a read-through from a spilled node: local or origin only
-	tagWarm    = "old." // a new owner asking its predecessor: local only
-	tagInval   = "inv." // drop the copy of this key
-)
-
-func (cl *cluster) tag(kind string) string {
-	return kind + strconv.FormatUint(cl.selfH, 36)
-}
-
-// holders remembers which peers may hold a copy of which key, so that a
-// write can invalidate them. An entry is dropped when the write takes it or
-// when it is older than a copy can be.
-type holders struct {
-	mu sync.Mutex
-	m  map[string][]holder // guarded by mu
-	n  int                 // guarded by mu: entries added since the last sweep
-}
-
-type holder struct {
-	node uint64 // idHash of the node
-	at   time.Time
-}
-
-// maxHolderKeys bounds the registry's memory; past it entries are dropped
-// (a lost invalidation is bounded by the copy TTL anyway).
-const maxHolderKeys = 1 << 20
-
-func (h *holders) add(key string, node uint64, now time.Time, ttl time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = make(map[string][]holder)
-	}
-	hs := h.m[key]
-	for i := range hs {
-		if hs[i].node == node {
-			hs[i].at = now
-			return
-		}
-	}
-	h.m[key] = append(hs, holder{node: node, at: now})
-	h.n++
-	if h.n > 4096 || len(h.m) > maxHolderKeys {
-		h.sweepLocked(now, ttl)
-	}
-	// Still full of live entries: forget some. Their copies then live
-	// out their TTL instead of being invalidated.
-	for k := range h.m {
-		if len(h.m) <= maxHolderKeys {
-			break
-		}
-		delete(h.m, k)
-	}
-}
-
-// take removes and returns the nodes that may hold a live copy of key.
-func (h *holders) take(key string, now time.Time, ttl time.Duration) []uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	hs, ok := h.m[key]
-	if !ok {
-		return nil
-	}
-	delete(h.m, key)
-	var out []uint64
-	for _, x := range hs {
-		if now.Sub(x.at) <= ttl {
-			out = append(out, x.node)
-		}
-	}
-	return out
-}
-
-func (h *holders) sweepLocked(now time.Time, ttl time.Duration) {
-	h.n = 0
-	for k, hs := range h.m {
-		live := hs[:0]
-		for _, x := range hs {
-			if now.Sub(x.at) <= ttl {
-				live = append(live, x)
-			}
-		}
-		if len(live) == 0 {
-			delete(h.m, k)
-		} else {
-			h.m[k] = live
-		}
-	}
-}
-
-func (h *holders) len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.m)
-}
-
-// copyGens counts, per stripe of keys, the writes and invalidations this
-// node has seen, so that a copy fetched before one of them is not kept
-// after it. Keys share a stripe: a write to one only makes a fill of
-// another in the same stripe skip keeping its copy, once.
-type copyGens struct {
-	stripes [256]copyGen
-}
-
-type copyGen struct {
-	mu  sync.Mutex
-	gen uint64 // guarded by mu
-	_   [48]byte
-}
-
-func (g *copyGens) stripe(key string) *copyGen {
-	return &g.stripes[xxhash.Sum64String(key)&255]
-}
-
-func (g *copyGens) current(key string) uint64 {
-	st := g.stripe(key)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.gen
 }

@@ -142,7 +142,16 @@ func waitConverged(t testing.TB, nodes []*testNode) {
 	}
 	waitFor(t, func() bool {
 		for _, nd := range nodes {
-			if !nd.closed && nd.srv.cl.view.Load().ring.Len() != live {
+			if nd.closed {
+				continue
+			}
+			v := nd.srv.cl.view.Load()
+			if v.ring.Len() != live {
+				return false
+			}
+			select {
+			case <-v.done: // the hand-off fence completed
+			default:
 				return false
 			}
 		}

@@ -43,6 +43,9 @@ type conn struct {
 	peer bool
 	// results is reused by multi-key reads.
 	results []readResult
+	// keyLock is the ownership lock of the key the request being handled
+	// writes, held from claimWrite until the write is stored.
+	keyLock *sync.RWMutex
 }
 
 func newConn(s *Server, nc net.Conn) *conn {

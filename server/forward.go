@@ -90,26 +90,33 @@ func metaLine(req *protocol.Request) []byte {
 	return b
 }
 
-// forwardClassic sends a classic write to the owner and relays the reply.
-func (c *conn) forwardClassic(owner string, req *protocol.Request) {
+// sendWrite sends a client's write, rebuilt, to the key's owner, and
+// returns the owner's reply line and, for a VA reply, its value. A meta
+// command with q may have no reply at all, so it is followed by mn, and a
+// nil reply means q hid it.
+func (c *conn) sendWrite(owner string, req *protocol.Request) (reply, value []byte, err error) {
+	key := string(req.Key)
+	if req.Command >= protocol.CmdMetaNoop {
+		var data []byte
+		if req.Command == protocol.CmdMetaSet {
+			data = req.Data
+		}
+		return c.srv.forwardQuiet(owner, key, metaLine(req), data, req.Meta.Flags.Has('q'))
+	}
 	var data []byte
 	if req.DataLen() >= 0 {
 		data = req.Data
 	}
-	reply, _, err := c.srv.forward(owner, string(req.Key), classicLine(req), data)
-	c.relay(reply, err, req.Noreply)
+	return c.srv.forward(owner, key, classicLine(req), data)
 }
 
-// forwardMeta sends a meta command to the owner and relays the reply. A
-// command with q may have no reply at all, so it is followed by mn and
-// whatever comes before the MN is relayed.
-func (c *conn) forwardMeta(owner string, req *protocol.Request) {
-	var data []byte
-	if req.Command == protocol.CmdMetaSet {
-		data = req.Data
+// relayWrite writes the owner's answer to a forwarded write (see
+// sendWrite) as the client's reply.
+func (c *conn) relayWrite(req *protocol.Request, reply, value []byte, err error) {
+	if req.Command < protocol.CmdMetaNoop {
+		c.relay(reply, err, req.Noreply)
+		return
 	}
-	quiet := req.Meta.Flags.Has('q')
-	reply, value, err := c.srv.forwardQuiet(owner, string(req.Key), metaLine(req), data, quiet)
 	if err != nil {
 		c.relay(nil, err, false)
 		return

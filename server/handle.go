@@ -2,7 +2,9 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"spillway/protocol"
@@ -13,20 +15,21 @@ import (
 // buffer; the serve loop flushes.
 func (c *conn) handle(req *protocol.Request) {
 	c.local.dirty = true
-	if owner, remote := c.remoteOwner(req); remote {
-		c.countForwarded(req)
-		if req.Command >= protocol.CmdMetaNoop {
-			c.forwardMeta(owner, req)
-		} else {
-			c.forwardClassic(owner, req)
-		}
-		return
-	}
 	if req.Command >= protocol.CmdMetaNoop {
 		c.local.cmdMeta++
 	}
-	if c.srv.cl != nil && isWrite(req) && !c.peerTagged(req) {
-		c.srv.settleMoved(string(req.Key), req.Command == protocol.CmdDelete || req.Command == protocol.CmdMetaDelete)
+	if c.srv.cl != nil && c.peer && c.peerRequest(req) {
+		return
+	}
+	if isWrite(req) {
+		if c.srv.cl == nil {
+			// Fills under way of this key keep nothing (see fillGens).
+			c.srv.gens.bump(string(req.Key))
+			c.srv.flights.Forget(string(req.Key))
+		} else if !c.claimWrite(req, 0) {
+			return
+		}
+		defer c.releaseWrite()
 	}
 	switch req.Command {
 	case protocol.CmdGet, protocol.CmdGets:
@@ -43,9 +46,7 @@ func (c *conn) handle(req *protocol.Request) {
 	case protocol.CmdTouch:
 		c.touch(req)
 	case protocol.CmdFlushAll:
-		c.local.cmdFlush++
-		c.srv.flush(time.Duration(req.Exptime)*time.Second, !c.peer)
-		c.reply(req, protocol.OK)
+		c.flushAll(req)
 	case protocol.CmdVersion:
 		c.w.Line("VERSION " + Version)
 	case protocol.CmdVerbosity:
@@ -76,53 +77,136 @@ func (c *conn) handle(req *protocol.Request) {
 	}
 }
 
-// remoteOwner reports whether req is a write (or a read that writes, such
-// as a touch) of a key another node owns, which must go to that node.
-// Requests on the peer port are always served here.
-func (c *conn) remoteOwner(req *protocol.Request) (string, bool) {
-	s := c.srv
-	if s.cl == nil || c.peer {
-		return "", false
-	}
+// isWrite reports whether req changes its key, and so must run at the
+// key's owner: the one decision of what a write is. A plain mg is a read
+// (routed by the picker instead); mg with T, N or R writes the item's
+// TTL, creates it or hands out its refresh token. gat and gats touch
+// several keys, each at its owner (touchKey).
+func isWrite(req *protocol.Request) bool {
 	switch req.Command {
 	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend,
 		protocol.CmdPrepend, protocol.CmdCas, protocol.CmdDelete, protocol.CmdIncr,
 		protocol.CmdDecr, protocol.CmdTouch, protocol.CmdMetaSet, protocol.CmdMetaDelete,
 		protocol.CmdMetaArith:
-	case protocol.CmdMetaGet:
-		m := &req.Meta
-		if !m.Flags.Has('T') && !m.Flags.Has('N') && !m.Flags.Has('R') {
-			return "", false // a plain read: routed by the picker instead
-		}
-	default:
-		return "", false
-	}
-	owner, self := s.ownerOf(string(req.Key))
-	return owner, !self
-}
-
-// peerTagged reports a meta command that a peer sent with one of its tags
-// (an invalidation, a read-through): node business, not a client's write.
-func (c *conn) peerTagged(req *protocol.Request) bool {
-	if !c.peer || req.Command < protocol.CmdMetaNoop {
-		return false
-	}
-	_, _, ok := parseTag(req.Meta.Opaque)
-	return ok
-}
-
-// isWrite reports whether req changes its key (set needs no current value,
-// so it is not counted).
-func isWrite(req *protocol.Request) bool {
-	switch req.Command {
-	case protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend, protocol.CmdPrepend,
-		protocol.CmdCas, protocol.CmdDelete, protocol.CmdIncr, protocol.CmdDecr, protocol.CmdTouch,
-		protocol.CmdMetaSet, protocol.CmdMetaDelete, protocol.CmdMetaArith:
 		return true
 	case protocol.CmdMetaGet:
-		return req.Meta.Flags.Has('T') || req.Meta.Flags.Has('N')
+		m := &req.Meta
+		return m.Flags.Has('T') || m.Flags.Has('N') || m.Flags.Has('R')
 	}
 	return false
+}
+
+// claimWrite makes this node the one to run a write: if it owns the key
+// in its view (and the key's hand-off is complete), it settles a key that
+// just moved here, read-locks the key's ownership (released by written or
+// releaseWrite) and moves the key's generation on, and reports true.
+// Otherwise it answers the request itself and reports false: forwarded to
+// the owner from a client's connection, refused on the peer port (the
+// sender's view was stale, or this node is leaving).
+//
+// The lock is what makes the ownership check hold until the write is
+// stored: a view change waits for it, so once a new owner has been told
+// this node is not the owner any more, no write of this node's is still
+// landing.
+func (c *conn) claimWrite(req *protocol.Request, attempt int) bool {
+	s, cl := c.srv, c.srv.cl
+	owner, held := c.holdKey(string(req.Key), req.Command != protocol.CmdSet)
+	switch {
+	case held:
+		return true
+	case owner == "":
+		s.counters.refusedWrites.Add(1)
+		c.failWrite(req, errHandoff)
+	case c.peer:
+		s.counters.refusedWrites.Add(1)
+		c.w.Line(notOwnerReply + " " + owner)
+	default:
+		if next := c.forwardWrite(owner, req); next == cl.self && attempt == 0 {
+			return c.claimWrite(req, 1)
+		}
+	}
+	return false
+}
+
+// holdKey is claimWrite's part at the owner: if this node owns key, it
+// settles a key that just moved here (needValue: the write reads the
+// current value), read-locks the key's ownership into c.keyLock, moves the
+// key's generation on and reports held. Otherwise it returns the owner in
+// this node's view, or "" if this node owns the key but its hand-off did
+// not complete in time.
+func (c *conn) holdKey(key string, needValue bool) (owner string, held bool) {
+	s, cl := c.srv, c.srv.cl
+	for range 2 {
+		v := cl.awaitOwnership(key)
+		if owner := v.ring.Owner(key); owner != cl.self {
+			return owner, false
+		}
+		if !cl.owns(v, key) {
+			break
+		}
+		s.settleMoved(v, key, needValue)
+		lock := cl.keys.rlock(key)
+		if cl.view.Load() != v {
+			// The view changed while the key settled: look again.
+			lock.RUnlock()
+			continue
+		}
+		c.keyLock = lock
+		s.gens.bump(key)
+		s.flights.Forget(key)
+		return cl.self, true
+	}
+	return "", false
+}
+
+// errHandoff is the answer to a write that arrives while its key changes
+// owner: the client may retry.
+var errHandoff = errors.New("key is changing owner; retry")
+
+// releaseWrite ends claimWrite's hold on the key's ownership.
+func (c *conn) releaseWrite() {
+	if c.keyLock != nil {
+		c.keyLock.RUnlock()
+		c.keyLock = nil
+	}
+}
+
+// failWrite answers a write that could not run, as a SERVER_ERROR (nothing
+// under noreply).
+func (c *conn) failWrite(req *protocol.Request, err error) {
+	if !req.Noreply {
+		c.w.Error(protocol.ServerError(strings.ReplaceAll(err.Error(), "\r\n", " ")))
+	}
+}
+
+// forwardWrite sends a client's write to the key's owner and relays the
+// answer. An owner that refuses (its view says otherwise) is retried once
+// with this node's current view, or the owner it named; forwardWrite
+// returns this node's ID when that is this node, for the caller to run the
+// write here.
+func (c *conn) forwardWrite(owner string, req *protocol.Request) (next string) {
+	s := c.srv
+	c.countForwarded(req)
+	for attempt := 0; ; attempt++ {
+		reply, value, err := c.sendWrite(owner, req)
+		named, refused := notOwner(reply)
+		if err != nil || !refused {
+			c.relayWrite(req, reply, value, err)
+			return ""
+		}
+		next = s.cl.view.Load().ring.Owner(string(req.Key))
+		if next == owner && named != "" {
+			next = named
+		}
+		if next == s.cl.self {
+			return next
+		}
+		if attempt > 0 || next == owner || next == "" {
+			c.failWrite(req, errHandoff)
+			return ""
+		}
+		owner = next
+	}
 }
 
 // countForwarded counts a forwarded request in the per-command stats as if
@@ -139,22 +223,29 @@ func (c *conn) countForwarded(req *protocol.Request) {
 	}
 }
 
-// flush empties the store (and the copies) now or at now+delay; from a
-// client, every other node too.
-func (s *Server) flush(delay time.Duration, everywhere bool) {
-	s.store.Flush(delay)
-	if s.cl == nil {
-		return
+// flush_all [delay] [noreply]: this node now or at now+delay; from a
+// client, every other node too. A node that did not answer is named in an
+// error: the client must not take the cache for empty.
+func (c *conn) flushAll(req *protocol.Request) {
+	c.local.cmdFlush++
+	delay := time.Duration(req.Exptime) * time.Second
+	c.srv.flushLocal(delay)
+	if !c.peer {
+		if failed, total := c.srv.broadcast("flush_all " + strconv.FormatInt(req.Exptime, 10)); failed > 0 {
+			c.failWrite(req, fmt.Errorf("flush_all failed on %d of %d nodes", failed, total))
+			return
+		}
 	}
-	s.cl.copies.Flush(delay)
-	if everywhere {
-		s.broadcast("flush_all " + strconv.FormatInt(int64(delay/time.Second), 10))
-	}
+	c.reply(req, protocol.OK)
 }
 
 // written is called after a successful write of key here: copies elsewhere
 // are now stale.
+//
+// It ends claimWrite's hold on the key's ownership first: the write is
+// stored, and invalidating waits on other nodes.
 func (c *conn) written(key []byte) {
+	c.releaseWrite()
 	if c.srv.cl != nil {
 		c.srv.invalidate(string(key))
 	}
@@ -179,7 +270,7 @@ func (c *conn) get(req *protocol.Request, withCAS bool) {
 	}
 	for _, k := range req.Keys {
 		c.local.cmdGet++
-		it, ok := c.srv.store.Get(string(k))
+		it, ok := c.srv.localGet(string(k))
 		if !ok {
 			c.local.getMisses++
 			continue
@@ -235,13 +326,22 @@ func (c *conn) gat(req *protocol.Request, withCAS bool) {
 func (c *conn) touchKey(k []byte, exp time.Time, exptime int64) (store.Item, error) {
 	s := c.srv
 	key := string(k)
-	owner, self := s.ownerOf(key)
-	if self || c.peer {
+	if s.cl == nil {
+		s.gens.bump(key)
+		s.flights.Forget(key)
+		return s.store.Touch(key, exp)
+	}
+	owner, held := c.holdKey(key, true)
+	if held {
+		defer c.releaseWrite()
 		it, err := s.store.Touch(key, exp)
 		if err == nil {
 			c.written(k)
 		}
 		return it, err
+	}
+	if owner == "" || c.peer {
+		return store.Item{}, errHandoff
 	}
 	s.dropCopy(key)
 	pc := s.cl.view.Load().clients[owner]
@@ -340,13 +440,31 @@ func (c *conn) refuseTooLarge(req *protocol.Request, dropOld bool) {
 }
 
 // dropKey deletes key where it is owned: here, or at its owner.
+//
+// It runs outside handle (a value too large is refused while it is read),
+// so it claims the key itself; where it cannot (a peer's request for a key
+// this node does not own), the owner keeps its value.
 func (c *conn) dropKey(key []byte) {
 	s := c.srv
-	if owner, self := s.ownerOf(string(key)); !self && !c.peer {
-		s.forward(owner, string(key), mdLine(string(key), ""), nil)
-		return
+	k := string(key)
+	if s.cl != nil && c.keyLock == nil {
+		v := s.cl.view.Load()
+		if !s.cl.owns(v, k) {
+			if owner := v.ring.Owner(k); owner != s.cl.self && !c.peer {
+				s.forward(owner, k, mdLine(k, ""), nil)
+			}
+			return
+		}
+		c.keyLock = s.cl.keys.rlock(k)
+		if s.cl.view.Load() != v {
+			c.releaseWrite()
+			return
+		}
+		s.gens.bump(k)
+	} else if s.cl == nil {
+		s.gens.bump(k)
 	}
-	s.store.Delete(string(key))
+	s.store.Delete(k)
 	c.written(key)
 }
 

@@ -37,6 +37,11 @@ func (c *conn) metaGet(req *protocol.Request) {
 		c.readKeys([][]byte{req.Key}, res[:])
 		it, ok, routed = res[0].it, res[0].found, true
 	}
+	if !routed && !c.owns(key) && !touch && !m.Flags.Has('N') && !m.Flags.Has('R') {
+		// A plain read on the peer port of a key this node does not own
+		// (writes were claimed in handle): nothing of its to serve.
+		routed = true
+	}
 	if !routed {
 		if m.Flags.Has('u') {
 			it, ok = st.Peek(key) // u: leave the item's fetched state alone
@@ -127,8 +132,12 @@ func (c *conn) metaGet(req *protocol.Request) {
 	}
 }
 
-// owns reports whether key is in this node's owned store.
+// owns reports whether key is in this node's owned store, and this node
+// owns it: only then are stale items and win tokens its to hand out.
 func (c *conn) owns(key string) bool {
+	if cl := c.srv.cl; cl != nil && !cl.owns(cl.view.Load(), key) {
+		return false
+	}
 	_, ok := c.srv.store.Peek(key)
 	return ok
 }
@@ -158,7 +167,9 @@ func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) 
 		s.cl.holders.add(key, node, s.cfg.Now(), s.cl.cfg.CopyTTL)
 		r = s.fillForPeer(key)
 	case tagWarm:
-		r.it, r.found = s.localGet(key)
+		// The owned store whoever owns the key now: the store's Valid
+		// hook keeps items of a key this node lost for the owner grace.
+		r.it, r.found = s.store.Get(key)
 	default:
 		return it, false, false
 	}
@@ -336,17 +347,6 @@ func metaCode(err error) string {
 func (c *conn) metaDelete(req *protocol.Request) {
 	m := &req.Meta
 	key := string(req.Key)
-	if kind, _, ok := parseTag(m.Opaque); ok && kind == tagInval && c.peer && c.srv.cl != nil {
-		// The owner invalidates the copy this node holds.
-		_, had := c.srv.cl.copies.Peek(key)
-		c.srv.dropCopy(key)
-		if had {
-			c.w.Line("HD")
-		} else {
-			c.w.Line("NF")
-		}
-		return
-	}
 	var err error
 	if m.Flags.Has('I') || m.Flags.Has('C') {
 		_, err = c.srv.store.Update(key, func(cur store.Item, ok bool) (store.Item, bool, error) {

@@ -24,19 +24,20 @@ type clusterCounters struct {
 	originErrors    atomic.Uint64 // origin loads that failed (not misses)
 	merged          atomic.Uint64 // reads that joined another's fill (singleflight)
 	invalidations   atomic.Uint64 // copy invalidations sent
+	// lostInvalidations counts copies that may outlive a write because
+	// their holder could not be told (it did not answer in time): the
+	// one stated exception to coherence, bounded by the copy TTL.
+	lostInvalidations atomic.Uint64
+	refusedWrites     atomic.Uint64 // writes refused here: this node does not own the key
 }
 
 // metrics are the node's Prometheus series, on a registry of its own so
 // that several nodes can live in one process (tests, bench --local).
 type metrics struct {
-	reg           *prometheus.Registry
-	routing       *prometheus.CounterVec
-	load          *prometheus.GaugeVec
-	forwarded     prometheus.Counter
-	peerFetches   prometheus.Counter
-	originFetches prometheus.Counter
-	merged        prometheus.Counter
-	latency       *prometheus.HistogramVec
+	reg     *prometheus.Registry
+	routing *prometheus.CounterVec
+	load    *prometheus.GaugeVec
+	latency *prometheus.HistogramVec
 	// byCommand holds the latency observer of each command, resolved
 	// once so that the request path does no label lookups.
 	byCommand [protocol.CmdMetaDebug + 1]prometheus.Observer
@@ -52,16 +53,12 @@ func newMetrics(s *Server) *metrics {
 		Name: "cache_node_active_load",
 		Help: "The bounded-load picker's current load for each node, as this node counts it.",
 	}, []string{"node_id"})
-	m.forwarded = prometheus.NewCounter(prometheus.CounterOpts{Name: "spillway_forwarded_total", Help: "Reads this entry node forwarded to another node."})
-	m.peerFetches = prometheus.NewCounter(prometheus.CounterOpts{Name: "spillway_peer_fetches_total", Help: "Read-throughs from a key's owner or previous owner."})
-	m.originFetches = prometheus.NewCounter(prometheus.CounterOpts{Name: "spillway_origin_fetches_total", Help: "Loads from the origin."})
-	m.merged = prometheus.NewCounter(prometheus.CounterOpts{Name: "spillway_singleflight_merged_total", Help: "Reads that waited for another read's fill of the same key."})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "spillway_request_duration_seconds",
 		Help:    "Time from a request's parse to its reply being buffered, by command (forwarding and fills included).",
 		Buckets: prometheus.ExponentialBuckets(5e-6, 4, 10),
 	}, []string{"command"})
-	m.reg.MustRegister(m.routing, m.load, m.forwarded, m.peerFetches, m.originFetches, m.merged, m.latency)
+	m.reg.MustRegister(m.routing, m.load, m.latency)
 	for c := protocol.CmdGet; c <= protocol.CmdMetaDebug; c++ {
 		m.byCommand[c] = m.latency.WithLabelValues(c.String())
 	}
@@ -79,6 +76,14 @@ func newMetrics(s *Server) *metrics {
 	counter("spillway_peer_errors_total", "Peer requests that failed or timed out.", u(&c.peerErrors))
 	counter("spillway_origin_errors_total", "Origin loads that failed.", u(&c.originErrors))
 	counter("spillway_invalidations_total", "Copy invalidations sent to other nodes.", u(&c.invalidations))
+	// The figures stats also shows are exported from the same counters:
+	// one figure, two views of it.
+	counter("spillway_forwarded_total", "Reads this entry node forwarded to another node.", u(&c.forwarded))
+	counter("spillway_peer_fetches_total", "Read-throughs from a key's owner or previous owner.", u(&c.peerFetches))
+	counter("spillway_origin_fetches_total", "Loads from the origin.", u(&c.originFetches))
+	counter("spillway_singleflight_merged_total", "Reads that waited for another read's fill of the same key.", u(&c.merged))
+	counter("spillway_lost_invalidations_total", "Copies that may outlive a write because their holder could not be told in time (served at most until the copy TTL).", u(&c.lostInvalidations))
+	counter("spillway_refused_writes_total", "Writes refused because this node does not own the key in its view.", u(&c.refusedWrites))
 	counter("spillway_store_hits_total", "Owned-store hits.", func() float64 { return float64(s.store.Stats().Hits) })
 	counter("spillway_store_misses_total", "Owned-store misses.", func() float64 { return float64(s.store.Stats().Misses) })
 	counter("spillway_store_evictions_total", "Items evicted from the owned store under memory pressure.", func() float64 { return float64(s.store.Stats().Evictions) })

@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"bytes"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -181,9 +180,13 @@ func readMetaValue(r *bufio.Reader, key string, now time.Time) (fetched, error) 
 		case 'c':
 			it.CAS, _ = strconv.ParseUint(string(f[1:]), 10, 64)
 		case 't':
+			// The owner rounds the remaining lifetime to the nearest
+			// second, and now is when the request was sent, before the
+			// owner looked: now+ttl-0.5s is never after the item's own
+			// expiry, so a copy never outlives it.
 			ttl, _ := strconv.ParseInt(string(f[1:]), 10, 64)
 			if ttl >= 0 {
-				it.Expires = now.Add(time.Duration(ttl) * time.Second)
+				it.Expires = now.Add(time.Duration(ttl)*time.Second - time.Second/2)
 			}
 		}
 	}
@@ -203,6 +206,27 @@ func (p *peerClient) exchange(line, data []byte) (reply, value []byte, err error
 		return err
 	})
 	return reply, value, err
+}
+
+// control sends a membership message (see fence.go) as an ms with the
+// control tag and returns the peer's answer, which comes back as a VA
+// reply's value.
+func (p *peerClient) control(tag, verb string, payload []byte) ([]byte, error) {
+	line := make([]byte, 0, 32+len(tag))
+	line = append(line, "ms "...)
+	line = append(line, verb...)
+	line = append(line, ' ')
+	line = strconv.AppendInt(line, int64(len(payload)), 10)
+	line = append(line, " O"...)
+	line = append(line, tag...)
+	reply, value, err := p.exchange(line, payload)
+	if err != nil {
+		return nil, err
+	}
+	if value == nil {
+		return nil, peerReplyError(reply)
+	}
+	return value, nil
 }
 
 // exchangeQuiet is exchange for a meta command with q, which may answer
@@ -263,44 +287,6 @@ func readReply(r *bufio.Reader) (reply, value []byte, err error) {
 		return nil, nil, fmt.Errorf("peer: value after %q not terminated", reply)
 	}
 	return reply, value[:n], nil
-}
-
-// writePeerKey writes key into a request line. A key that a client sent in
-// base64 (meta b flag) may hold any byte, spaces and newlines included,
-// and must not become a second request on the peer connection: such keys
-// travel base64-encoded again, and writePeerKey reports that the line
-// needs the b flag.
-func writePeerKey(w *bufio.Writer, key string) (b64 bool) {
-	if safeKey(key) {
-		w.WriteString(key)
-		return false
-	}
-	var buf [344]byte // base64 of a 250-byte key
-	w.Write(base64.StdEncoding.AppendEncode(buf[:0], []byte(key)))
-	return true
-}
-
-// mdLine builds a meta delete of key for a peer, with flags (" O<tag>")
-// appended; like writePeerKey, it sends a key that cannot stand in a line
-// as it is base64-encoded with the b flag.
-func mdLine(key, flags string) []byte {
-	b := append(make([]byte, 0, 8+len(key)*4/3+len(flags)), "md "...)
-	if safeKey(key) {
-		b = append(b, key...)
-	} else {
-		b = append(base64.StdEncoding.AppendEncode(b, []byte(key)), " b"...)
-	}
-	return append(b, flags...)
-}
-
-// safeKey reports whether key can stand in a request line as it is.
-func safeKey(key string) bool {
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c <= ' ' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 func readLine(r *bufio.Reader) ([]byte, error) {

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,7 +12,8 @@ import (
 
 // The read path (ARCHITECTURE.md, "Request flow"):
 //
-//  1. The entry node holds the key (owned or a copy): it serves it.
+//  1. The entry node holds the key (it owns it in its current view, or
+//     keeps a copy): it serves it.
 //  2. Otherwise it picks a node with the bounded-load ring and, if that is
 //     another node, forwards the read there (mg with the fwd tag). A
 //     forwarded read is served where it lands, never forwarded again.
@@ -21,7 +21,14 @@ import (
 //     from the previous owner (for a grace period after a membership
 //     change), then the origin; a node the read spilled to, from the owner
 //     (mg with the get tag, which the owner serves from its store or the
-//     origin only), and from the origin only if the owner fails.
+//     origin only, and only while it owns the key), and from the origin
+//     only if the owner fails, without keeping a copy (no owner would
+//     know to invalidate it).
+//
+// Every fill remembers the key's generation when it starts (fillGens) and
+// keeps its result only if no write, delete, touch, invalidation or flush
+// of the key came in since; a reader that joins a fill started before such
+// a write it may have seen acknowledged takes a miss instead.
 
 // readResult is the outcome of one key's read.
 type readResult struct {
@@ -29,15 +36,18 @@ type readResult struct {
 	found bool
 }
 
-// localGet looks in the owned store, then in the copies.
+// localGet serves key from what this node holds: the owned store if it
+// owns the key in its current view, then the copies.
 func (s *Server) localGet(key string) (store.Item, bool) {
-	if it, ok := s.store.Get(key); ok {
-		return it, true
+	if s.cl == nil {
+		return s.store.Get(key)
 	}
-	if s.cl != nil {
-		return s.cl.copies.Get(key)
+	if s.cl.owns(s.cl.view.Load(), key) {
+		if it, ok := s.store.Get(key); ok {
+			return it, true
+		}
 	}
-	return store.Item{}, false
+	return s.cl.copies.Get(key)
 }
 
 // routed reports whether reads may need more than the local store.
@@ -107,7 +117,6 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 		if pc != nil {
 			res, err = pc.fetch(g.keys, s.cl.tag(tagForward), s.cfg.Now())
 		}
-		s.metrics.forwarded.Add(float64(len(g.keys)))
 		s.counters.forwarded.Add(uint64(len(g.keys)))
 		if err != nil {
 			s.counters.peerErrors.Add(1)
@@ -150,49 +159,74 @@ func (s *Server) selfID() string {
 // fill serves a key this node does not hold, once per key at a time.
 func (s *Server) fill(key string) readResult { return s.fillAvoiding(key, "") }
 
+// flight is what a fill hands its followers: the result, and the key's
+// generation when the fill started.
+type flight struct {
+	res readResult
+	gen uint64
+}
+
 // fillAvoiding is fill for a read whose request has just seen the node bad
 // fail: it does not ask that node again, so a dead peer costs one timeout
 // per request rather than one per key.
 func (s *Server) fillAvoiding(key, bad string) readResult {
 	led := false
+	joined := s.gens.current(key)
 	s.filling.Add(1)
 	defer s.filling.Add(-1)
 	v, _, shared := s.flights.Do(key, func() (any, error) {
 		led = true
+		gen := s.gens.current(key)
 		// Another flight may have filled the key between our miss and
 		// this flight starting: look again before going further.
 		if it, ok := s.localGet(key); ok {
-			return readResult{it, true}, nil
+			return flight{readResult{it, true}, gen}, nil
 		}
-		if s.cl == nil {
-			return s.loadOrigin(key, true, 0), nil
-		}
-		now := s.cfg.Now()
-		v := s.cl.view.Load()
-		owner := v.ring.Owner(key)
-		if owner == s.cl.self || owner == "" {
-			return s.fillOwned(key, v, now), nil
-		}
-		s.counters.spilledServed.Add(1)
-		gen := s.cl.gens.current(key)
-		if pc := v.clients[owner]; pc != nil && owner != bad {
-			res, err := pc.fetch([]string{key}, s.cl.tag(tagFetch), now)
-			s.counters.peerFetches.Add(1)
-			s.metrics.peerFetches.Inc()
-			if err == nil {
-				if !res[0].found {
-					return readResult{}, nil
-				}
-				s.putCopy(res[0].item, now, gen)
-				return readResult{res[0].item, true}, nil
-			}
-			s.counters.peerErrors.Add(1)
-			s.cfg.Logger.Debug("read-through failed; trying the origin", "key", key, "owner", owner, "err", err)
-		}
-		return s.loadOrigin(key, false, gen), nil
+		return flight{s.fillFrom(key, bad, gen), gen}, nil
 	})
 	s.countMerged(shared, led)
-	return v.(readResult)
+	f := v.(flight)
+	if f.gen < joined {
+		// The fill started before a write this reader may have seen
+		// acknowledged: what it fetched may be older than that write.
+		return readResult{}
+	}
+	return f.res
+}
+
+// fillFrom fetches key for a fill that started at generation gen: as its
+// owner, or from its owner as a copy.
+func (s *Server) fillFrom(key, bad string, gen uint64) readResult {
+	if s.cl == nil {
+		return s.keepOwned(s.loadOrigin(key), nil, gen)
+	}
+	now := s.cfg.Now()
+	v := s.cl.view.Load()
+	owner := v.ring.Owner(key)
+	if owner == s.cl.self || owner == "" {
+		if !s.cl.owns(v, key) {
+			return readResult{} // hand-off under way: not ours to fill yet
+		}
+		return s.fillOwned(key, v, now, gen)
+	}
+	s.counters.spilledServed.Add(1)
+	if pc := v.clients[owner]; pc != nil && owner != bad {
+		res, err := pc.fetch([]string{key}, s.cl.tag(tagFetch), now)
+		s.counters.peerFetches.Add(1)
+		if err == nil {
+			if res[0].found {
+				s.putCopy(res[0].item, now, gen)
+			}
+			return readResult{res[0].item, res[0].found}
+		}
+		s.counters.peerErrors.Add(1)
+		s.cfg.Logger.Debug("read-through failed; trying the origin", "key", key, "owner", owner, "err", err)
+	}
+	// The owner could not be asked: serve the origin's value to this read,
+	// but keep no copy, since no owner would invalidate it.
+	r := s.loadOrigin(key)
+	r.it.CAS = 0
+	return r
 }
 
 // countMerged counts a read that waited for another read's fill. Only the
@@ -201,95 +235,116 @@ func (s *Server) fillAvoiding(key, bad string) readResult {
 func (s *Server) countMerged(shared, led bool) {
 	if shared && !led {
 		s.counters.merged.Add(1)
-		s.metrics.merged.Inc()
 	}
 }
 
 // fillOwned fills a key this node owns: from its previous owner during the
 // grace period after a membership change, then from the origin.
-func (s *Server) fillOwned(key string, v *view, now time.Time) readResult {
+func (s *Server) fillOwned(key string, v *view, now time.Time, gen uint64) readResult {
 	if prev := v.previousOwner(key, s.cl.self, now); prev != "" {
 		if pc := v.clients[prev]; pc != nil {
 			res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
 			s.counters.peerFetches.Add(1)
-			s.metrics.peerFetches.Inc()
 			if err == nil && res[0].found {
-				return s.keepOwned(res[0].item)
+				return s.keepOwned(readResult{res[0].item, true}, v, gen)
 			}
 		}
 	}
-	return s.loadOrigin(key, true, 0)
+	return s.keepOwned(s.loadOrigin(key), v, gen)
 }
 
-// settleMoved prepares a write to a key that moved to this node in the
-// last membership change (within the owner grace): if the key is not here
-// yet, it is read from its previous owner first, so that incr, append, cas,
-// add and the rest act on the current value rather than on nothing; and a
-// delete removes the previous owner's item as well, so that the next read
-// does not warm the deleted value back.
-func (s *Server) settleMoved(key string, del bool) {
-	v := s.cl.view.Load()
+// settleMoved prepares a write to a key that moved to this node in view
+// v's change (within the owner grace). If the write needs the current
+// value (all but set) and the key is not here yet, it is read from its
+// previous owner first, so that incr, append, cas, add, touch and the rest
+// act on it rather than on nothing; and every write clears the previous
+// owner's item, so that no later warm read brings back an older value.
+func (s *Server) settleMoved(v *view, key string, needValue bool) {
 	now := s.cfg.Now()
 	prev := v.previousOwner(key, s.cl.self, now)
-	if prev == "" || v.ring.Owner(key) != s.cl.self {
+	if prev == "" {
 		return
 	}
 	pc := v.clients[prev]
 	if pc == nil {
 		return
 	}
-	if _, ok := s.store.Peek(key); !ok {
+	if _, ok := s.store.Peek(key); needValue && !ok {
+		gen := s.gens.current(key)
 		res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
 		s.counters.peerFetches.Add(1)
 		if err == nil && res[0].found {
-			s.keepOwned(res[0].item)
+			s.keepOwned(readResult{res[0].item, true}, v, gen)
 		}
 	}
-	if del {
-		if _, _, err := pc.exchange(mdLine(key, ""), nil); err != nil {
-			s.counters.peerErrors.Add(1)
-		}
+	if _, _, err := pc.exchange(mdLine(key, " O"+s.cl.tag(tagWarm)), nil); err != nil {
+		s.counters.peerErrors.Add(1)
 	}
 }
 
-// keepOwned stores a filled item unless a client wrote the key while the
-// fill was under way: the client's write wins, and is what the reader gets.
-func (s *Server) keepOwned(it store.Item) readResult {
-	cas, err := s.store.Add(it)
-	if err == nil {
-		it.CAS = cas
-		return readResult{it, true}
+// keepOwned stores a filled item as owned, unless a client wrote, deleted,
+// touched or flushed the key since the fill started at generation gen (the
+// write wins, and the reader gets the current item or a miss), or this
+// node's view changed from v meanwhile (nil: a single node).
+func (s *Server) keepOwned(r readResult, v *view, gen uint64) readResult {
+	if !r.found {
+		return r
 	}
-	cur, ok := s.store.Get(it.Key)
+	if v != nil {
+		lock := s.cl.keys.rlock(r.it.Key)
+		defer lock.RUnlock()
+		if s.cl.view.Load() != v {
+			return readResult{}
+		}
+	}
+	var err error
+	kept := s.gens.keep(r.it.Key, gen, func() {
+		var cas uint64
+		if cas, err = s.store.Add(r.it); err == nil {
+			r.it.CAS = cas
+		}
+	})
+	if kept && err == nil {
+		return r
+	}
+	cur, ok := s.store.Get(r.it.Key)
 	return readResult{cur, ok}
 }
 
 // fillForPeer serves a read-through from a node the key spilled to: from
-// the store, or from the origin if this node owns the key. It never asks
-// another peer, so read-throughs cannot chain.
+// the store, or from the origin, while this node owns the key. It never
+// asks another peer, so read-throughs cannot chain; a node that does not
+// own the key answers a miss, and the asking node keeps no copy.
 func (s *Server) fillForPeer(key string) readResult {
-	if it, ok := s.localGet(key); ok {
-		return readResult{it, true}
-	}
-	if s.cl == nil || s.cl.view.Load().ring.Owner(key) != s.cl.self {
+	v := s.cl.view.Load()
+	if !s.cl.owns(v, key) {
 		return readResult{}
 	}
+	if it, ok := s.store.Get(key); ok {
+		return readResult{it, true}
+	}
 	led := false
-	v, _, shared := s.flights.Do(key, func() (any, error) {
+	joined := s.gens.current(key)
+	res, _, shared := s.flights.Do(key, func() (any, error) {
 		led = true
-		if it, ok := s.localGet(key); ok {
-			return readResult{it, true}, nil
+		gen := s.gens.current(key)
+		if it, ok := s.store.Get(key); ok {
+			return flight{readResult{it, true}, gen}, nil
 		}
-		return s.loadOrigin(key, true, 0), nil
+		return flight{s.keepOwned(s.loadOrigin(key), v, gen), gen}, nil
 	})
 	s.countMerged(shared, led)
-	return v.(readResult)
+	f := res.(flight)
+	if f.gen < joined {
+		return readResult{}
+	}
+	return f.res
 }
 
 // putCopy keeps an item owned elsewhere for at most the copy TTL, and
 // never beyond the item's own expiry.
 //
-// gen is the key's copy generation read before the item was fetched: if a
+// gen is the key's generation read before the item was fetched: if a
 // write or an invalidation of the key came in since, the item may be the
 // old value, and it is not kept.
 func (s *Server) putCopy(it store.Item, now time.Time, gen uint64) {
@@ -297,32 +352,39 @@ func (s *Server) putCopy(it store.Item, now time.Time, gen uint64) {
 	if it.Expires.IsZero() || it.Expires.After(limit) {
 		it.Expires = limit
 	}
-	st := s.cl.gens.stripe(it.Key)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.gen != gen {
-		return
-	}
-	s.cl.copies.Put(it)
+	s.gens.keep(it.Key, gen, func() { s.cl.copies.Put(it) })
 }
 
 // dropCopy removes this node's copy of key because the key was written or
-// invalidated: the copy generation moves on, so that a fill already under
-// way does not store the old value after this, and reads that start now do
+// invalidated: the generation moves on, so that a fill already under way
+// does not store the old value after this, and reads that start now do
 // not join that fill.
 func (s *Server) dropCopy(key string) {
-	st := s.cl.gens.stripe(key)
-	st.mu.Lock()
-	st.gen++
+	s.gens.bump(key)
 	s.cl.copies.Delete(key)
-	st.mu.Unlock()
 	s.flights.Forget(key)
 }
 
+// dropCopies drops every copy this node holds, and fences the copy fills
+// under way, on a change of ownership.
+func (cl *cluster) dropCopies() {
+	cl.srv.gens.bumpAll()
+	cl.copies.Flush(0)
+}
+
+// flushLocal empties this node's owned store and copies, now or at
+// now+delay, and fences the fills under way.
+func (s *Server) flushLocal(delay time.Duration) {
+	s.gens.bumpAll()
+	s.store.Flush(delay)
+	if s.cl != nil {
+		s.cl.copies.Flush(delay)
+	}
+}
+
 // loadOrigin loads key from the origin, with a timeout and at most
-// OriginConcurrency loads at once, and keeps it: owned, or as a copy.
-// gen is the copy generation for a copy (see putCopy).
-func (s *Server) loadOrigin(key string, owned bool, gen uint64) readResult {
+// OriginConcurrency loads at once. The caller decides whether to keep it.
+func (s *Server) loadOrigin(key string) readResult {
 	if s.origin == nil {
 		return readResult{}
 	}
@@ -335,7 +397,6 @@ func (s *Server) loadOrigin(key string, owned bool, gen uint64) readResult {
 		return readResult{}
 	}
 	s.counters.originFetches.Add(1)
-	s.metrics.originFetches.Inc()
 	it, err := s.origin.Load(ctx, key)
 	<-s.originSem
 	if err != nil {
@@ -346,14 +407,6 @@ func (s *Server) loadOrigin(key string, owned bool, gen uint64) readResult {
 		return readResult{}
 	}
 	it.Key = key
-	if owned {
-		return s.keepOwned(it)
-	}
-	it.CAS = 0
-	s.putCopy(it, s.cfg.Now(), gen)
-	if got, ok := s.cl.copies.Get(key); ok {
-		it = got
-	}
 	return readResult{it, true}
 }
 
@@ -393,8 +446,9 @@ func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool) 
 }
 
 // invalidate drops the copies other nodes hold of key, after a write here.
-// It waits at most InvalidateTimeout; a copy whose invalidation is lost
-// lives no longer than the copy TTL.
+// It waits at most InvalidateTimeout; a holder that has not answered by
+// then (or failed) is counted and logged as a lost invalidation: its copy
+// may be served until the copy TTL.
 func (s *Server) invalidate(key string) {
 	if s.cl == nil {
 		return
@@ -407,76 +461,91 @@ func (s *Server) invalidate(key string) {
 	}
 	v := s.cl.view.Load()
 	line := mdLine(key, " O"+s.cl.tag(tagInval))
-	done := make(chan struct{}, len(nodes))
-	sent := 0
+	type answer struct {
+		node string
+		err  error
+	}
+	done := make(chan answer, len(nodes))
+	pending := make(map[string]bool, len(nodes))
 	for _, h := range nodes {
-		pc := v.clients[v.byHash[h]]
+		id := v.byHash[h]
+		pc := v.clients[id]
 		if pc == nil {
+			// The holder left the view: ring changes drop copies,
+			// so it holds none by now.
 			continue
 		}
-		sent++
+		pending[id] = true
 		s.counters.invalidations.Add(1)
 		go func() {
-			if _, _, err := pc.exchange(line, nil); err != nil {
-				s.counters.peerErrors.Add(1)
-			}
-			done <- struct{}{}
+			_, _, err := pc.exchange(line, nil)
+			done <- answer{id, err}
 		}()
 	}
 	timer := time.NewTimer(s.cl.cfg.InvalidateTimeout)
 	defer timer.Stop()
-	for range sent {
+	for len(pending) > 0 {
 		select {
-		case <-done:
+		case a := <-done:
+			delete(pending, a.node)
+			if a.err != nil {
+				s.counters.peerErrors.Add(1)
+				s.lostInvalidation(key, a.node, a.err)
+			}
 		case <-timer.C:
+			for id := range pending {
+				s.lostInvalidation(key, id, errInvalidateTimeout)
+			}
 			return
 		}
 	}
 }
 
+var errInvalidateTimeout = errors.New("no answer within the invalidation timeout")
+
+// lostInvalidation counts and logs a copy that may outlive a write.
+func (s *Server) lostInvalidation(what, node string, err error) {
+	s.counters.lostInvalidations.Add(1)
+	s.cfg.Logger.Warn("invalidation lost: a copy may be served until the copy TTL", "key", what, "holder", node, "err", err)
+}
+
 // broadcast sends line to every other node and waits for their replies, for
-// flush_all.
-func (s *Server) broadcast(line string) {
+// flush_all. It returns how many of how many nodes (this one included)
+// failed to answer OK.
+func (s *Server) broadcast(line string) (failed, total int) {
 	if s.cl == nil {
-		return
+		return 0, 1
 	}
+	clients := s.cl.view.Load().clients
+	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, pc := range s.cl.view.Load().clients {
+	for id, pc := range clients {
 		wg.Go(func() {
-			if _, _, err := pc.exchange([]byte(line), nil); err != nil {
+			reply, _, err := pc.exchange([]byte(line), nil)
+			if err != nil || string(reply) != "OK" {
+				mu.Lock()
+				failed++
+				mu.Unlock()
 				s.counters.peerErrors.Add(1)
+				s.cfg.Logger.Warn("flush_all did not reach a node", "node", id, "err", err, "reply", string(reply))
 			}
 		})
 	}
 	wg.Wait()
-}
-
-// parseTag splits an opaque peer tag into its kind and the asking node.
-func parseTag(opaque []byte) (kind string, node uint64, ok bool) {
-	if len(opaque) < 5 || opaque[3] != '.' {
-		return "", 0, false
-	}
-	kind = string(opaque[:4])
-	switch kind {
-	case tagForward, tagFetch, tagWarm, tagInval:
-	default:
-		return "", 0, false
-	}
-	n, err := strconv.ParseUint(string(opaque[4:]), 36, 64)
-	if err != nil {
-		return "", 0, false
-	}
-	return kind, n, true
+	return failed, len(clients) + 1
 }
 
 // relay writes a peer's reply line to the client, or a clear error when
-// the owner could not be reached.
+// the owner could not be reached; under noreply, nothing at all, as
+// memcached sends nothing (a line the client does not expect would be read
+// as the reply to its next request).
 func (c *conn) relay(reply []byte, err error, noreply bool) {
+	if noreply {
+		return
+	}
 	if err != nil {
 		c.w.Line("SERVER_ERROR owner unreachable: " + strings.ReplaceAll(err.Error(), "\r\n", " "))
 		return
 	}
-	if !noreply {
-		c.w.Line(string(reply))
-	}
+	c.w.Line(string(reply))
 }

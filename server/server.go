@@ -110,6 +110,8 @@ type Server struct {
 	origin    Origin
 	originSem chan struct{}
 	flights   singleflight.Group
+	gens      fillGens
+	uniq      *uniques // CAS uniques of a cluster node
 	counters  clusterCounters
 	metrics   *metrics
 	filling   atomic.Int64 // reads waiting in fill, for tests that line them up
@@ -133,28 +135,38 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxItemSize < 0 || cfg.MaxConns < 0 || cfg.MaxBytes < 0 {
 		return nil, fmt.Errorf("server: negative limit in config")
 	}
-	st, err := store.New(store.Config{MaxBytes: cfg.MaxBytes, Now: cfg.Now})
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
 	s := &Server{
 		cfg:       cfg,
-		store:     st,
 		start:     cfg.Now(),
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 	}
+	scfg := store.Config{MaxBytes: cfg.MaxBytes, Now: cfg.Now}
+	if cfg.Cluster != nil {
+		// A cluster node serves an owned item only while the view history
+		// says it owned the key throughout (ownership.go), and hands out
+		// CAS uniques no other node does.
+		scfg.Valid = func(key string, seq uint64) bool { return s.cl == nil || s.cl.valid(key, seq) }
+		scfg.Uniques = func() uint64 { return s.uniq.next() }
+	}
+	st, err := store.New(scfg)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.store = st
 	s.verbosity.Store(int32(cfg.Verbosity))
 	s.origin = cfg.Origin
 	s.originSem = make(chan struct{}, cfg.OriginConcurrency)
 	s.metrics = newMetrics(s)
 	if cfg.Cluster != nil {
-		cl, err := newCluster(*cfg.Cluster, cfg.OriginTimeout)
+		s.uniq = newUniques(cfg.Cluster.Peers.Name, cfg.Now)
+		cl, err := newCluster(*cfg.Cluster, s)
 		if err != nil {
 			st.Close()
 			return nil, fmt.Errorf("server: %w", err)
 		}
 		s.cl = cl
+		s.uniq.node = uniqueNode(cl.self)
 	}
 	return s, nil
 }
@@ -275,8 +287,10 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 // is done; then it closes the remaining connections and the store.
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.cl != nil {
-		// Leave first, so the others route around this node while it
-		// finishes what it has.
+		// Own nothing from now on (writes here are refused, reads go to
+		// the others), then leave, so the others route around this node
+		// while it finishes what it has.
+		s.cl.leave()
 		s.cl.peers.Leave(s.cfg.LeaveTimeout)
 	}
 	s.mu.Lock()

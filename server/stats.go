@@ -273,6 +273,8 @@ func (s *Server) writeClusterCounters(w *protocol.Writer) {
 	statUint(w, "singleflight_merged", c.merged.Load())
 	statUint(w, "copies", copies)
 	statUint(w, "invalidations", c.invalidations.Load())
+	statUint(w, "lost_invalidations", c.lostInvalidations.Load())
+	statUint(w, "refused_writes", c.refusedWrites.Load())
 }
 
 // writeClusterStats answers "stats cluster": one group of lines per

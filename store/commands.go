@@ -13,7 +13,7 @@ func expiry(it *Item) int64 { return unixNanos(it.Expires) }
 func (s *Store) Set(it Item) (cas uint64) {
 	e := s.overwrite(it.Key, func(_ *entry, _ int64) (*entry, error) {
 		n := s.nextSeq()
-		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), n, n, bitsOf(&it)), nil
+		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), s.casFor(n), n, bitsOf(&it)), nil
 	})
 	return e.cas
 }
@@ -33,7 +33,7 @@ func (s *Store) Add(it Item) (uint64, error) {
 			return nil, ErrNotStored
 		}
 		n := s.nextSeq()
-		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), n, n, bitsOf(&it)), nil
+		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), s.casFor(n), n, bitsOf(&it)), nil
 	}))
 }
 
@@ -45,7 +45,7 @@ func (s *Store) Replace(it Item) (uint64, error) {
 			return nil, ErrNotStored
 		}
 		n := s.nextSeq()
-		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), n, n, bitsOf(&it)), nil
+		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), s.casFor(n), n, bitsOf(&it)), nil
 	}))
 }
 
@@ -69,7 +69,7 @@ func (s *Store) concat(it Item, prepend bool) (uint64, error) {
 			v = append(append(v, old...), it.Value...)
 		}
 		n := s.nextSeq()
-		return newEntry(it.Key, v, cur.flags, cur.exp, n, n, 0), nil
+		return newEntry(it.Key, v, cur.flags, cur.exp, s.casFor(n), n, 0), nil
 	}))
 }
 
@@ -84,7 +84,7 @@ func (s *Store) CompareAndSwap(it Item) (uint64, error) {
 			return nil, ErrExists
 		}
 		n := s.nextSeq()
-		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), n, n, bitsOf(&it)), nil
+		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), s.casFor(n), n, bitsOf(&it)), nil
 	}))
 }
 
@@ -112,7 +112,7 @@ func (s *Store) Incr(key string, delta uint64, decr bool) (uint64, error) {
 			// memcached rewrites the item in place, keeping its flags.
 			bits = cur.bits()
 		}
-		return newEntry(key, num, cur.flags, cur.exp, sq, sq, bits), nil
+		return newEntry(key, num, cur.flags, cur.exp, s.casFor(sq), sq, bits), nil
 	})
 	return n, err
 }
@@ -149,7 +149,7 @@ func (s *Store) Delete(key string) error {
 	if cur == nil || !s.deleteLocked(st, key, h) {
 		return ErrNotFound
 	}
-	if expired, flushed := s.flush.invalid(cur, now); expired || flushed {
+	if expired, flushed := s.invalid(cur, now); expired || flushed {
 		s.ctr.reclaimed.Add(1)
 		return ErrNotFound
 	}
@@ -184,7 +184,7 @@ func (s *Store) Update(key string, fn func(cur Item, ok bool) (next Item, store 
 			return nil, err
 		}
 		sq := s.nextSeq()
-		cas := sq
+		cas := s.casFor(sq)
 		if next.KeepCAS {
 			cas = next.CAS
 		}

@@ -47,6 +47,18 @@ type Config struct {
 	// ristretto's TTL sweep (which runs on the real clock), so expired items
 	// are reclaimed only on access or by eviction.
 	Now func() time.Time
+	// Valid, if set, is asked on every access whether an item is still
+	// to be seen: key, and seq, the store sequence (Seq) its value was
+	// written at. An item it refuses is treated like a flushed one: not
+	// returned, and reclaimed. A cluster node uses it to disown items of
+	// keys it lost and later owned again. It must be cheap and must not
+	// call the Store.
+	Valid func(key string, seq uint64) bool
+	// Uniques, if set, hands out CAS uniques instead of the store
+	// sequence; each call must return a value never returned before by
+	// any store whose items clients can compare (a cluster: node bits and
+	// a clock). It is called under a key's lock.
+	Uniques func() uint64
 }
 
 // Store is a memcached-style item store. Its methods are safe for
@@ -77,9 +89,11 @@ type Store struct {
 	now      func() int64 // Unix nanoseconds
 	maxBytes int64
 
-	seq   atomic.Uint64 // CAS uniques and write sequence numbers
-	flush flusher
-	ctr   counters
+	seq     atomic.Uint64 // write sequence numbers, and CAS uniques without cfg.Uniques
+	valid   func(key string, seq uint64) bool
+	uniques func() uint64
+	flush   flusher
+	ctr     counters
 
 	stripes [numStripes]stripe
 
@@ -106,6 +120,8 @@ func New(cfg Config) (*Store, error) {
 		kick:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		janitorDone: make(chan struct{}),
+		valid:       cfg.Valid,
+		uniques:     cfg.Uniques,
 	}
 	if s.maxBytes <= 0 {
 		s.maxBytes = DefaultMaxBytes
@@ -176,7 +192,7 @@ func (s *Store) get(key string, fetch bool) (Item, bool) {
 			now = s.now()
 			s.flush.advance(now, s.seq.Load)
 		}
-		expired, flushed := s.flush.invalid(e, now)
+		expired, flushed := s.invalid(e, now)
 		if !expired && !flushed {
 			it := e.item()
 			if fetch {
@@ -236,7 +252,7 @@ func (s *Store) write(key string, lookup bool, fn func(cur *entry, now int64) (*
 	}
 	stale := false
 	if cur != nil {
-		if expired, flushed := s.flush.invalid(cur, now); expired || flushed {
+		if expired, flushed := s.invalid(cur, now); expired || flushed {
 			cur, stale = nil, true
 		}
 	}
@@ -252,6 +268,28 @@ func (s *Store) write(key string, lookup bool, fn func(cur *entry, now int64) (*
 }
 
 func (s *Store) nextSeq() uint64 { return s.seq.Add(1) }
+
+// casFor is the CAS unique of the write with sequence seq.
+func (s *Store) casFor(seq uint64) uint64 {
+	if s.uniques != nil {
+		return s.uniques()
+	}
+	return seq
+}
+
+// Seq returns the store sequence: every write after the call is given a
+// greater one (see Config.Valid).
+func (s *Store) Seq() uint64 { return s.seq.Load() }
+
+// invalid reports why e is not visible at now: expired, or flushed (which
+// includes an item Config.Valid refuses).
+func (s *Store) invalid(e *entry, now int64) (expired, flushed bool) {
+	expired, flushed = s.flush.invalid(e, now)
+	if !expired && !flushed && s.valid != nil && !s.valid(e.key(), e.seq) {
+		return false, true
+	}
+	return expired, flushed
+}
 
 // storeLocked makes e the key's current entry (st.mu held). An entry that
 // is already expired deletes the key instead: memcached answers STORED and

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -506,5 +507,60 @@ func TestGetReportsFetchedBefore(t *testing.T) {
 	s.Peek("nope")
 	if st := s.Stats(); st.Hits != 3 || st.Misses != 0 {
 		t.Fatalf("Peek was counted: %d hits, %d misses", st.Hits, st.Misses)
+	}
+}
+
+// TestValidHook: an item Config.Valid refuses is not returned, not acted
+// on by a write that depends on it, and is reclaimed; items written after
+// the refusal's sequence are seen.
+func TestValidHook(t *testing.T) {
+	var cutoff atomic.Uint64 // items with seq <= cutoff are refused
+	s, err := New(Config{Valid: func(key string, seq uint64) bool { return seq > cutoff.Load() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Set(Item{Key: "a", Value: []byte("1")})
+	s.Set(Item{Key: "b", Value: []byte("old")})
+	cutoff.Store(s.Seq())
+	if _, ok := s.Get("a"); ok {
+		t.Error("Get returned a refused item")
+	}
+	if _, err := s.Incr("b", 1, false); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Incr of a refused item: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Add(Item{Key: "b", Value: []byte("new")}); err != nil {
+		t.Errorf("Add over a refused item: %v", err)
+	}
+	if it, ok := s.Get("b"); !ok || string(it.Value) != "new" {
+		t.Errorf("Get after Add = %q, %v; want new", it.Value, ok)
+	}
+}
+
+// TestUniquesHook: CAS uniques come from Config.Uniques, for every kind of
+// write, while a touch keeps the item's unique.
+func TestUniquesHook(t *testing.T) {
+	var next atomic.Uint64
+	next.Store(1000)
+	s, err := New(Config{Uniques: func() uint64 { return next.Add(7) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if cas := s.Set(Item{Key: "k", Value: []byte("1")}); cas != 1007 {
+		t.Errorf("Set cas = %d, want 1007", cas)
+	}
+	if _, err := s.Incr("k", 1, false); err != nil {
+		t.Fatal(err)
+	}
+	it, _ := s.Get("k")
+	if it.CAS != 1014 {
+		t.Errorf("Incr cas = %d, want 1014", it.CAS)
+	}
+	if got, _ := s.Touch("k", time.Time{}); got.CAS != 1014 {
+		t.Errorf("Touch changed cas to %d", got.CAS)
+	}
+	if cas, _ := s.Append(Item{Key: "k", Value: []byte("x")}); cas != 1021 {
+		t.Errorf("Append cas = %d, want 1021", cas)
 	}
 }

@@ -1,0 +1,223 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"spillway/peers"
+)
+
+// The hand-off fence. Views converge at different times on different
+// nodes: when B joins, B owns keys that A, which has not heard of B yet,
+// still takes for its own. Gossip alone would leave both acking writes of
+// those keys. So a node that gains keys (it joined, or a member left or
+// died) first sends every member of its view a fence: its meta and its
+// members. A member that gets one counts the sender as a member at once
+// (until gossip confirms it, or FenceTTL passes), so it stops owning the
+// keys the sender gained, waiting for writes under way to finish
+// (installLocked), drops all its copies, and answers with the members it
+// knows. Only when every member that could have owned a gained key has
+// answered does the sender serve those keys; a member it cannot reach
+// holds them back until gossip declares that member dead (a later view
+// without it), and writes to them fail meanwhile. A member that could not
+// have owned them (one that is new in this view) only holds copies; one
+// that does not answer within InvalidateTimeout is counted as a lost
+// invalidation instead.
+//
+// Interleavings worth keeping in mind:
+//   - Two nodes join at once, each unaware of the other: both fence the
+//     old members; whichever reaches a member second learns of the first
+//     from its reply, adds it, and fences again with the larger view.
+//   - A member's view is held back (slow gossip): the fence installs the
+//     sender in it anyway; the gossip view arriving later changes nothing.
+//   - A → B → A (B joins and leaves within the owner grace): A's store
+//     keeps items of the keys B held, but the view history (ownership.go)
+//     refuses them, since A did not own them throughout.
+//   - A member that gossip declared dead comes back (a partition healed):
+//     each node that saw it dead tells it so before routing to it again
+//     (tellReturning), and it drops everything it owned.
+
+// fenceMsg is what a node that gained keys tells every member.
+type fenceMsg struct {
+	ID      string     `json:"id"`
+	Meta    peers.Meta `json:"meta"`
+	Members []string   `json:"members"`
+}
+
+// fenceReply is a member's answer: the members it knows (so that two
+// nodes joining at once learn of each other) and whether gossip has told
+// it of the sender already.
+type fenceReply struct {
+	Known   bool                  `json:"known"`
+	Dead    bool                  `json:"dead,omitempty"` // this node had declared the sender dead
+	Members map[string]peers.Meta `json:"members"`
+	Refused string                `json:"refused,omitempty"`
+}
+
+// selfMeta is the meta this node gossips.
+func (cl *cluster) selfMeta() peers.Meta {
+	m, _ := cl.peers.Meta(cl.self)
+	m.Boot, m.Protocol, m.Ring = cl.boot, peerProtocol, cl.ringParams()
+	return m
+}
+
+// settle fences every member of v and, once the previous owners have all
+// answered, completes v's hand-off (closes v.done). It gives up when a
+// later view replaces v: that view settles on its own.
+func (cl *cluster) settle(v *view) {
+	defer cl.tasks.Done()
+	msg := fenceMsg{ID: cl.self, Meta: cl.selfMeta()}
+	for _, n := range v.ring.Nodes() {
+		msg.Members = append(msg.Members, n.ID)
+	}
+	payload, _ := json.Marshal(msg)
+
+	var mu sync.Mutex
+	learned := make(map[string]peers.Meta)
+	var wg sync.WaitGroup
+	for id, pc := range v.clients {
+		mustAnswer := v.base.Has(id) // it may have owned a key this node gained
+		wg.Go(func() {
+			deadline := time.Now().Add(cl.cfg.InvalidateTimeout)
+			for {
+				reply, err := cl.fence(pc, payload)
+				if err == nil && reply.Dead {
+					cl.onDeclaredDead([]byte(cl.boot))
+				}
+				if err == nil {
+					mu.Lock()
+					for mid, m := range reply.Members {
+						if mid != cl.self && !v.ring.Has(mid) {
+							learned[mid] = m
+						}
+					}
+					mu.Unlock()
+					return
+				}
+				if !mustAnswer && time.Now().After(deadline) {
+					cl.srv.lostInvalidation("fence", id, err)
+					return
+				}
+				t := time.NewTimer(50 * time.Millisecond)
+				select {
+				case <-cl.stop:
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				if cl.view.Load() != v {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.view.Load() != v {
+		return
+	}
+	if len(learned) > 0 {
+		now := cl.srv.cfg.Now()
+		for id, m := range learned {
+			if ok, _ := cl.compatible(m); ok {
+				cl.fenced[id] = fenceRecord{meta: m, at: now}
+			}
+		}
+		cl.installLocked() // a larger view, fenced anew
+		if cl.view.Load() != v {
+			return
+		}
+	}
+	cl.settled = v.ring
+	close(v.done)
+}
+
+// fence sends one fence and reads the answer.
+func (cl *cluster) fence(pc *peerClient, payload []byte) (fenceReply, error) {
+	var reply fenceReply
+	value, err := pc.control(cl.tag(tagControl), "fence", payload)
+	if err != nil {
+		return reply, err
+	}
+	if err := json.Unmarshal(value, &reply); err != nil {
+		return reply, fmt.Errorf("fence reply: %w", err)
+	}
+	if reply.Refused != "" {
+		return reply, fmt.Errorf("fence refused: %s", reply.Refused)
+	}
+	return reply, nil
+}
+
+// onFence takes a fence from another node: count it as a member now, drop
+// every copy, and answer with the members this node knows.
+func (cl *cluster) onFence(payload []byte) []byte {
+	var msg fenceMsg
+	var reply fenceReply
+	if err := json.Unmarshal(payload, &msg); err != nil || msg.ID == "" {
+		reply.Refused = "malformed fence"
+		b, _ := json.Marshal(reply)
+		return b
+	}
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if ok, why := cl.compatible(msg.Meta); !ok {
+		reply.Refused = why
+		b, _ := json.Marshal(reply)
+		return b
+	}
+	if b, ok := cl.gone[msg.ID]; ok && b == msg.Meta.Boot {
+		// The sender was declared dead and never knew: it comes back
+		// with what it owned then, which others have owned since.
+		reply.Dead = true
+		delete(cl.gone, msg.ID)
+	}
+	gm, inGossip := cl.peers.Meta(msg.ID)
+	reply.Known = inGossip && cl.gossip.Has(msg.ID) && gm.Boot == msg.Meta.Boot
+	if !reply.Known {
+		cl.fenced[msg.ID] = fenceRecord{meta: msg.Meta, at: cl.srv.cfg.Now()}
+	}
+	cl.installLocked()
+	// Copies of keys the sender gained were read from their previous
+	// owner, who will not tell this node when the sender overwrites them.
+	cl.dropCopies()
+	reply.Members = map[string]peers.Meta{cl.self: cl.selfMeta()}
+	for _, n := range cl.view.Load().ring.Nodes() {
+		if n.ID == cl.self || n.ID == msg.ID {
+			continue
+		}
+		if f, ok := cl.fenced[n.ID]; ok {
+			reply.Members[n.ID] = f.meta
+		} else if m, ok := cl.peers.Meta(n.ID); ok {
+			reply.Members[n.ID] = m
+		}
+	}
+	b, _ := json.Marshal(reply)
+	return b
+}
+
+// onDeclaredDead is told by a member that it had declared this node dead
+// (with this boot ID): the others have owned this node's keys meanwhile,
+// so nothing it holds may be served again.
+func (cl *cluster) onDeclaredDead(boot []byte) []byte {
+	if string(boot) != cl.boot {
+		return []byte("other incarnation")
+	}
+	cl.log.Warn("the cluster declared this node dead; dropping every item it held")
+	cl.srv.flushLocal(0)
+	return []byte("flushed")
+}
+
+// control answers a membership message on the peer port.
+func (cl *cluster) control(verb string, payload []byte) []byte {
+	switch verb {
+	case "fence":
+		return cl.onFence(payload)
+	case "dead":
+		return cl.onDeclaredDead(payload)
+	}
+	return nil
+}

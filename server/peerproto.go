@@ -1,0 +1,166 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"strconv"
+
+	"spillway/protocol"
+)
+
+// The protocol nodes speak to each other, on the peer port. It is
+// memcached's text protocol, meta commands mostly, with an opaque tag
+// (O<kind>.<node>) that says what a peer asks for and who asks:
+//
+//	mg <key> v f c t O fwd.<n>    a read routed here by entry node n; served
+//	                              here, reading through if need be
+//	mg <key> v f c t O get.<n>    a read-through of spilled node n: the owned
+//	                              store or the origin, while this node owns
+//	                              the key (else EN); n is registered as a
+//	                              copy holder first
+//	mg <key> v f c t O old.<n>    a new owner n warming from its predecessor:
+//	                              the owned store only, within the grace
+//	md <key> O old.<n>            new owner n wrote the key: drop what is left
+//	md <key> O inv.<n>            owner n wrote the key: drop the copy
+//	ms <verb> <len> O ctl.<n>     a membership message (fence.go), answered
+//	                              VA <len> with the reply's data
+//
+// Writes that an entry node forwards to a key's owner are the client's
+// request rebuilt (forward.go), without noreply; an owner that does not
+// own the key in its view answers "SERVER_ERROR not owner <owner>", and
+// the entry node retries once with its own view or the named owner.
+// flush_all is sent to every node as it is.
+
+// Tag kinds.
+const (
+	tagForward = "fwd."
+	tagFetch   = "get."
+	tagWarm    = "old."
+	tagInval   = "inv."
+	tagControl = "ctl."
+)
+
+// notOwnerReply is the refusal of a write at a node that does not own the
+// key; the owner it believes in follows.
+const notOwnerReply = "SERVER_ERROR not owner"
+
+// tag returns this node's tag of kind.
+func (cl *cluster) tag(kind string) string {
+	return kind + strconv.FormatUint(cl.selfH, 36)
+}
+
+// parseTag splits an opaque peer tag into its kind and the asking node.
+func parseTag(opaque []byte) (kind string, node uint64, ok bool) {
+	if len(opaque) < 5 || opaque[3] != '.' {
+		return "", 0, false
+	}
+	kind = string(opaque[:4])
+	switch kind {
+	case tagForward, tagFetch, tagWarm, tagInval, tagControl:
+	default:
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(string(opaque[4:]), 36, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return kind, n, true
+}
+
+// notOwner reports whether reply is a refusal, and the owner it names.
+func notOwner(reply []byte) (owner string, ok bool) {
+	rest, ok := bytes.CutPrefix(reply, []byte(notOwnerReply))
+	if !ok {
+		return "", false
+	}
+	return string(bytes.TrimSpace(rest)), true
+}
+
+// writePeerKey writes key into a request line. A key that a client sent in
+// base64 (meta b flag) may hold any byte, spaces and newlines included,
+// and must not become a second request on the peer connection: such keys
+// travel base64-encoded again, and writePeerKey reports that the line
+// needs the b flag.
+func writePeerKey(w *bufio.Writer, key string) (b64 bool) {
+	if safeKey(key) {
+		w.WriteString(key)
+		return false
+	}
+	var buf [344]byte // base64 of a 250-byte key
+	w.Write(base64.StdEncoding.AppendEncode(buf[:0], []byte(key)))
+	return true
+}
+
+// mdLine builds a meta delete of key for a peer, with flags (" O<tag>")
+// appended; like writePeerKey, it sends a key that cannot stand in a line
+// as it is base64-encoded with the b flag.
+func mdLine(key, flags string) []byte {
+	b := append(make([]byte, 0, 8+len(key)*4/3+len(flags)), "md "...)
+	if safeKey(key) {
+		b = append(b, key...)
+	} else {
+		b = append(base64.StdEncoding.AppendEncode(b, []byte(key)), " b"...)
+	}
+	return append(b, flags...)
+}
+
+// safeKey reports whether key can stand in a request line as it is.
+func safeKey(key string) bool {
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// peerRequest serves the tagged requests of the peer protocol that are
+// node business rather than a client's request (drop a copy, drop a moved
+// key's leftover, a membership message), and reports whether req was one.
+// Tagged reads (mg) are served by metaGet (peerRead).
+func (c *conn) peerRequest(req *protocol.Request) bool {
+	if req.Command != protocol.CmdMetaDelete && req.Command != protocol.CmdMetaSet {
+		return false
+	}
+	kind, _, ok := parseTag(req.Meta.Opaque)
+	if !ok {
+		return false
+	}
+	s, cl := c.srv, c.srv.cl
+	key := string(req.Key)
+	switch {
+	case req.Command == protocol.CmdMetaDelete && kind == tagInval:
+		// The owner invalidates the copy this node holds.
+		_, had := cl.copies.Peek(key)
+		s.dropCopy(key)
+		c.w.Line(foundCode(had))
+	case req.Command == protocol.CmdMetaDelete && kind == tagWarm:
+		// The key's new owner wrote it: what this node has left of it
+		// must not be warmed back. Never a write at an owner, so no
+		// ownership check: dropping is always safe in a cache.
+		s.gens.bump(key)
+		s.flights.Forget(key)
+		err := s.store.Delete(key)
+		s.dropCopy(key)
+		c.w.Line(foundCode(err == nil))
+	case req.Command == protocol.CmdMetaSet && kind == tagControl:
+		out := cl.control(key, req.Data)
+		if out == nil {
+			c.w.Error(protocol.ClientError("unknown membership message"))
+			return true
+		}
+		c.w.MetaValueStart(len(out))
+		c.w.MetaEnd(out)
+	default:
+		return false
+	}
+	return true
+}
+
+func foundCode(found bool) string {
+	if found {
+		return "HD"
+	}
+	return "NF"
+}
