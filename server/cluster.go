@@ -385,16 +385,10 @@ func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers
 			nodes = append(nodes, n)
 		}
 	}
-	departed := make(map[string]time.Time)
-	for _, m := range cl.peers.Members() {
-		if m.State != peers.StateAlive {
-			departed[m.ID] = m.Since
-		}
-	}
 	for id, f := range cl.fenced {
 		_, inGossip := metas[id]
-		gone, ok := departed[id]
-		if inGossip || (ok && gone.After(f.at)) || now.Sub(f.at) > cl.cfg.FenceTTL {
+		b, gone := cl.gone[id]
+		if inGossip || (gone && b == f.meta.Boot) || now.Sub(f.at) > cl.cfg.FenceTTL {
 			delete(cl.fenced, id)
 			continue
 		}

@@ -123,6 +123,9 @@ func (cl *cluster) settle(v *view) {
 	if len(learned) > 0 {
 		now := cl.srv.cfg.Now()
 		for id, m := range learned {
+			if b, gone := cl.gone[id]; gone && b == m.Boot {
+				continue // gossip saw it go; the member that named it lags
+			}
 			if ok, _ := cl.compatible(m); ok {
 				cl.fenced[id] = fenceRecord{meta: m, at: now}
 			}
