@@ -37,12 +37,11 @@ type member struct {
 }
 
 // view is an immutable snapshot of the membership, swapped atomically on
-// every change so that the hot path (Client, Ring, Meta) takes no lock.
+// every change so that the hot path (Ring, Meta) takes no lock.
 type view struct {
 	ring    *ring.Ring
 	members []Member // alive ones, then departed ones, each sorted by ID
 	byID    map[string]int
-	clients map[string]*peerClient
 }
 
 // events implements memberlist.Delegate and memberlist.EventDelegate.
@@ -54,8 +53,6 @@ type events struct {
 	selfMeta Meta
 	meta     atomic.Pointer[[]byte] // encoded selfMeta, returned by NodeMeta
 	ringCfg  ring.Config
-	timeout  time.Duration
-	maxIdle  int
 	log      *slog.Logger
 	onChange func(*ring.Ring)
 
@@ -64,9 +61,8 @@ type events struct {
 	mu       sync.Mutex // guards everything below, and serialises onChange
 	nodes    map[string]*member
 	departed []string // IDs of departed members, oldest first
-	clients  map[string]*peerClient
-	started  bool // onChange has had its first call; later changes are delivered
-	closed   bool // Shutdown ran: ignore late events, make no clients
+	started  bool     // onChange has had its first call; later changes are delivered
+	closed   bool     // Shutdown ran: ignore late events
 }
 
 func newEvents(self string, meta []byte, cfg *Config, onChange func(*ring.Ring)) *events {
@@ -74,12 +70,9 @@ func newEvents(self string, meta []byte, cfg *Config, onChange func(*ring.Ring))
 		self:     self,
 		selfMeta: cfg.Meta,
 		ringCfg:  ring.Config{VNodes: cfg.VNodes},
-		timeout:  cfg.PeerTimeout,
-		maxIdle:  cfg.MaxIdleConns,
 		log:      cfg.Logger,
 		onChange: onChange,
 		nodes:    make(map[string]*member),
-		clients:  make(map[string]*peerClient),
 	}
 	e.meta.Store(&meta)
 	e.rebuildLocked()
@@ -185,23 +178,17 @@ func (e *events) start() {
 	e.onChange(e.cur.Load().ring)
 }
 
-// close stops event handling and drops every client. memberlist can still
-// deliver a late event after its Shutdown (suspicion timers), hence closed.
+// close stops event handling. memberlist can still deliver a late event
+// after its Shutdown (suspicion timers), hence closed.
 func (e *events) close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closed = true
-	for id, c := range e.clients {
-		c.close()
-		delete(e.clients, id)
-	}
-	e.rebuildLocked()
 }
 
 // rebuildLocked builds a new view from e.nodes: the ring of the alive members
-// with usable meta, and one client per such member other than self that has
-// a peer address (reusing the existing client while its address holds).
-// Every node runs this on the same member list, so all build the same ring.
+// with usable meta. Every node runs this on the same member list, so all
+// build the same ring.
 func (e *events) rebuildLocked() {
 	ids := slices.Sorted(maps.Keys(e.nodes))
 	// Alive members first, as Members promises; the sort is stable.
@@ -211,7 +198,6 @@ func (e *events) rebuildLocked() {
 	v := &view{
 		members: make([]Member, 0, len(ids)),
 		byID:    make(map[string]int, len(ids)),
-		clients: make(map[string]*peerClient, len(ids)),
 	}
 	var nodes []ring.Node
 	for _, id := range ids {
@@ -222,21 +208,7 @@ func (e *events) rebuildLocked() {
 			continue
 		}
 		nodes = append(nodes, ring.Node{ID: id, Weight: m.meta.Weight})
-		if id == e.self || m.meta.Peer == "" || e.closed {
-			continue
-		}
-		c := e.clients[id]
-		if c == nil || c.addr != m.meta.Peer {
-			c = newPeerClient(m.meta.Peer, e.timeout, e.maxIdle)
-		}
-		v.clients[id] = c
 	}
-	for id, c := range e.clients {
-		if v.clients[id] != c {
-			c.close()
-		}
-	}
-	e.clients = maps.Clone(v.clients)
 	v.ring = ring.New(nodes, e.ringCfg)
 	e.cur.Store(v)
 }

@@ -1,12 +1,14 @@
 // Package peers is a node's view of the cluster: membership gossiped with
-// hashicorp/memberlist, turned into consistent-hash ring snapshots, and one
-// pooled gomemcache client per other node.
+// hashicorp/memberlist, turned into consistent-hash ring snapshots.
 //
 // memberlist does the hard parts (join through any seed, SWIM failure
 // detection, graceful leave, optional encryption). This package adds what
 // spillway needs on top: each node's addresses and weight carried in the
-// gossip (Meta), a new *ring.Ring on every membership change, and clients
-// that come and go with the members.
+// gossip (Meta), and a new *ring.Ring on every membership change.
+//
+// It opens no connections to the other nodes: the caller dials a member's
+// Meta.Peer address itself (server's peer client). peers never imports
+// store, protocol or server.
 package peers
 
 import (
@@ -16,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/hashicorp/memberlist"
 
 	"spillway/ring"
@@ -35,7 +36,7 @@ type Member struct {
 }
 
 // Peers is a running member of the cluster. It is safe for concurrent use.
-// Client, Ring, Meta, Members and Self read an immutable snapshot that is
+// Ring, Meta, Members and Self read an immutable snapshot that is
 // swapped on each membership change: they take no lock and are cheap enough
 // for every request.
 type Peers struct {
@@ -56,7 +57,7 @@ type Peers struct {
 // members or weights change. Calls never overlap and arrive in order.
 // memberlist makes them while holding its own lock, so onChange must
 // return quickly (swap a pointer) and must not call Leave or Shutdown;
-// reading Ring, Client, Meta or Members from it is fine.
+// reading Ring, Meta or Members from it is fine.
 //
 // Join fails if cfg is invalid or if seeds were given and none could be
 // reached within cfg.JoinRetry; reaching some of them is enough.
@@ -123,18 +124,6 @@ func (p *Peers) GossipAddr() string {
 // Ring returns the current ring snapshot. After Leave it no longer holds
 // this node; it may then be empty.
 func (p *Peers) Ring() *ring.Ring { return p.ev.cur.Load().ring }
-
-// Client returns the pooled client for the member id. There is none for
-// this node itself, for unknown or departed members, for members without a
-// peer address, or after Shutdown. The client stays usable after the member
-// leaves, but its idle connections are closed: fetch it per request.
-func (p *Peers) Client(id string) (*memcache.Client, bool) {
-	c, ok := p.ev.cur.Load().clients[id]
-	if !ok {
-		return nil, false
-	}
-	return c.mc, true
-}
 
 // Meta returns the metadata of the alive member id.
 func (p *Peers) Meta(id string) (Meta, bool) {
@@ -222,7 +211,7 @@ func (p *Peers) pushState(deadline time.Time) {
 	}
 }
 
-// Shutdown stops gossip and closes the peer clients' idle connections.
+// Shutdown stops gossip.
 // Without a Leave first, the others notice only by failure detection.
 // It is safe to call more than once.
 func (p *Peers) Shutdown() error {
