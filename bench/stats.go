@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"spillway/protocol"
 )
 
 // Per-server load comes from each server's own `stats`, read before and
@@ -66,14 +68,18 @@ func readStats(ctx context.Context, addr string, timeout time.Duration) (map[str
 	return parseStats(bufio.NewReader(nc))
 }
 
+// parseStats reads the reply to `stats`:
+//
+//	STAT <name> <value>\r\n ... END\r\n | ERROR\r\n | SERVER_ERROR <msg>\r\n | CLIENT_ERROR <msg>\r\n
 func parseStats(r *bufio.Reader) (map[string]string, error) {
 	vals := make(map[string]string)
+	var rr protocol.ReplyReader
 	for {
-		line, err := r.ReadString('\n')
+		b, _, err := rr.Read(r)
 		if err != nil {
 			return nil, err
 		}
-		line = strings.TrimRight(line, "\r\n")
+		line := string(b)
 		switch {
 		case line == "END":
 			return vals, nil
