@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"spillway/internal/loopback"
 	"spillway/protocol"
 )
 
@@ -226,7 +227,7 @@ func summariseLoad(servers []ServerLoad, ops int64) Load {
 		cpuOK = cpuOK && s.HasCPU
 		if s.PID > 0 {
 			host, _, _ := net.SplitHostPort(s.Addr)
-			local := isLoopback(host)
+			local := loopback.Is(host)
 			if local {
 				host = "loopback" // 127.0.0.1 and 127.0.0.2 are one machine
 			}
@@ -259,12 +260,4 @@ func summariseLoad(servers []ServerLoad, ops int64) Load {
 		l.ServerCPU = 0
 	}
 	return l
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
