@@ -55,6 +55,7 @@ FUZZFLAGS = -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 fuzz:
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParse$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzReader$$' ./protocol/
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzReadReply$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzPick$$' ./ring/
 
 clean:

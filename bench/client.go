@@ -5,12 +5,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"spillway/protocol"
 )
 
 // The client speaks the memcached text protocol directly rather than through
@@ -32,7 +33,12 @@ const (
 	kindUnsent    = "unsent"       // open loop: scheduled but not sent before the hard stop
 )
 
+// errProtocol is a well-formed reply that does not answer the request;
+// protocol.ErrBadReply, a malformed one. Either drops the connection.
 var errProtocol = errors.New("unexpected reply")
+
+// maxValue bounds the values this tool accepts from a server.
+const maxValue = 64 << 20
 
 // op is one request in flight. A worker owns Pipeline of them and recycles
 // them through its free channel.
@@ -94,8 +100,8 @@ type conn struct {
 	pending chan *op // requests written, replies not yet read, in order
 	dead    chan struct{}
 	exited  chan struct{}
-	dirty   bool   // bw holds unflushed requests (worker only)
-	scratch []byte // reader only: value buffer
+	dirty   bool                 // bw holds unflushed requests (worker only)
+	rr      protocol.ReplyReader // reader only
 }
 
 func dial(w *worker, addr string, depth int, timeout time.Duration) (*conn, error) {
@@ -111,6 +117,7 @@ func dial(w *worker, addr string, depth int, timeout time.Duration) (*conn, erro
 		nc:      nc,
 		bw:      bufio.NewWriterSize(nc, 16<<10),
 		br:      bufio.NewReaderSize(nc, 64<<10),
+		rr:      protocol.ReplyReader{MaxValue: maxValue},
 		pending: make(chan *op, depth),
 		dead:    make(chan struct{}),
 		exited:  make(chan struct{}),
@@ -189,7 +196,7 @@ func (c *conn) readLoop() {
 			switch {
 			case errors.As(err, &ne) && ne.Timeout():
 				failKind = kindTimeout
-			case errors.Is(err, errProtocol):
+			case errors.Is(err, errProtocol), errors.Is(err, protocol.ErrBadReply):
 				failKind = kindProtocol
 			}
 			_ = c.nc.Close()
@@ -218,7 +225,7 @@ func (c *conn) readLoop() {
 //	set: STORED\r\n | NOT_STORED\r\n
 //	any: SERVER_ERROR <msg>\r\n | CLIENT_ERROR <msg>\r\n | ERROR\r\n
 func (c *conn) readReply(o *op) (kind string, hit bool, detail, err error) {
-	line, err := c.line()
+	line, data, err := c.rr.Read(c.br)
 	if err != nil {
 		return "", false, nil, err
 	}
@@ -242,65 +249,33 @@ func (c *conn) readReply(o *op) (kind string, hit bool, detail, err error) {
 	if string(line) == "END" {
 		return "", false, nil, nil
 	}
-	rest, ok := bytes.CutPrefix(line, []byte("VALUE "))
+	v, ok := protocol.ParseValueLine(line)
 	if !ok {
 		return "", false, nil, errProtocol
 	}
-	key, rest, _ := bytes.Cut(rest, []byte(" "))
-	_, rest, _ = bytes.Cut(rest, []byte(" ")) // flags
-	size, _, _ := bytes.Cut(rest, []byte(" "))
-	n, perr := strconv.Atoi(string(size))
-	if perr != nil || n < 0 || n > 64<<20 {
-		return "", false, nil, errProtocol
+	// line and data are the ReplyReader's until the next Read: judge them
+	// before reading END.
+	var corrupt error
+	if !bytes.Equal(v.Key, o.key) {
+		corrupt = errCorruptKey(o.key, string(v.Key))
+	} else {
+		corrupt = checkValue(o.key, data, c.w.e.run, c.w.e.versions[o.index].Load())
 	}
-	// key aliases the read buffer: look at it before the next read.
-	keyMatch, got := bytes.Equal(key, o.key), ""
-	if !keyMatch {
-		got = string(key)
-	}
-	if cap(c.scratch) < n+2 {
-		c.scratch = make([]byte, n+2)
-	}
-	data := c.scratch[:n+2]
-	if _, err := io.ReadFull(c.br, data); err != nil {
-		return "", false, nil, err
-	}
-	if data[n] != '\r' || data[n+1] != '\n' {
-		return "", false, nil, errProtocol
-	}
-	end, err := c.line()
+	end, _, err := c.rr.Read(c.br)
 	if err != nil {
 		return "", false, nil, err
 	}
 	if string(end) != "END" {
 		return "", false, nil, errProtocol
 	}
-	if !keyMatch {
-		return kindCorrupt, false, errCorruptKey(o.key, got), nil
-	}
-	if err := checkValue(o.key, data[:n], c.w.e.run, c.w.e.versions[o.index].Load()); err != nil {
-		return kindCorrupt, false, err, nil
+	if corrupt != nil {
+		return kindCorrupt, false, corrupt, nil
 	}
 	return "", true, nil, nil
 }
 
 func errCorruptKey(want []byte, got string) error {
 	return fmt.Errorf("%w: get %s answered VALUE %s", errCorrupt, want, got)
-}
-
-// line reads one reply line without its \r\n.
-func (c *conn) line() ([]byte, error) {
-	line, err := c.br.ReadSlice('\n')
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return nil, errProtocol
-		}
-		return nil, err
-	}
-	if len(line) < 2 || line[len(line)-2] != '\r' {
-		return nil, errProtocol
-	}
-	return line[:len(line)-2], nil
 }
 
 // finish records o's outcome and returns o to the worker. Called by readers

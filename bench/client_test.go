@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"spillway/protocol"
 )
 
 // replyConn is a conn whose reader reads wire, for key index 1 ("bench:1")
@@ -15,7 +17,7 @@ import (
 func replyConn(r io.Reader) *conn {
 	e := &engine{run: 1, versions: make([]atomic.Uint32, 2)}
 	e.versions[1].Store(3)
-	return &conn{w: &worker{e: e}, br: bufio.NewReader(r)}
+	return &conn{w: &worker{e: e}, br: bufio.NewReader(r), rr: protocol.ReplyReader{MaxValue: maxValue}}
 }
 
 func TestReadReply(t *testing.T) {
@@ -46,12 +48,14 @@ func TestReadReply(t *testing.T) {
 		{"not-stored", opSet, "NOT_STORED\r\n", kindNotStored, false, nil, false},
 		{"set-exists", opSet, "EXISTS\r\n", "", false, errProtocol, true},
 		{"set-value", opSet, value("VALUE bench:1 0", good), "", false, errProtocol, true},
-		{"bad-size", opGet, "VALUE bench:1 0 x\r\n", "", false, errProtocol, true},
-		{"no-size", opGet, "VALUE bench:1\r\n", "", false, errProtocol, true},
-		{"no-data-crlf", opGet, "VALUE bench:1 0 2\r\nabcd\r\nEND\r\n", "", false, errProtocol, true},
-		{"no-end", opGet, "VALUE bench:1 0 2\r\nab\r\nVALUE", "", false, io.EOF, true},
+		{"bad-size", opGet, "VALUE bench:1 0 x\r\n", "", false, protocol.ErrBadReply, true},
+		{"no-size", opGet, "VALUE bench:1\r\n", "", false, protocol.ErrBadReply, true},
+		{"too-large", opGet, "VALUE bench:1 0 67108865\r\n", "", false, protocol.ErrBadReply, true},
+		{"no-data-crlf", opGet, "VALUE bench:1 0 2\r\nabcd\r\nEND\r\n", "", false, protocol.ErrBadReply, true},
+		{"no-end", opGet, "VALUE bench:1 0 2\r\nab\r\nVALUE", "", false, io.ErrUnexpectedEOF, true},
 		{"junk-after-value", opGet, "VALUE bench:1 0 2\r\nab\r\nSTORED\r\n", "", false, errProtocol, true},
-		{"no-eol", opGet, "END\n", "", false, errProtocol, true},
+		{"meta-value-to-get", opGet, "VA 2\r\nab\r\nEND\r\n", "", false, errProtocol, true},
+		{"no-eol", opGet, "END\n", "", false, protocol.ErrBadReply, true},
 		{"truncated", opGet, "VALUE bench:1 0 40\r\nabc", "", false, io.ErrUnexpectedEOF, true},
 		{"closed", opGet, "", "", false, io.EOF, true},
 	} {

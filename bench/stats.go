@@ -11,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"spillway/internal/loopback"
+	"spillway/protocol"
 )
 
 // Per-server load comes from each server's own `stats`, read before and
@@ -66,14 +69,18 @@ func readStats(ctx context.Context, addr string, timeout time.Duration) (map[str
 	return parseStats(bufio.NewReader(nc))
 }
 
+// parseStats reads the reply to `stats`:
+//
+//	STAT <name> <value>\r\n ... END\r\n | ERROR\r\n | SERVER_ERROR <msg>\r\n | CLIENT_ERROR <msg>\r\n
 func parseStats(r *bufio.Reader) (map[string]string, error) {
 	vals := make(map[string]string)
+	var rr protocol.ReplyReader
 	for {
-		line, err := r.ReadString('\n')
+		b, _, err := rr.Read(r)
 		if err != nil {
 			return nil, err
 		}
-		line = strings.TrimRight(line, "\r\n")
+		line := string(b)
 		switch {
 		case line == "END":
 			return vals, nil
@@ -220,7 +227,7 @@ func summariseLoad(servers []ServerLoad, ops int64) Load {
 		cpuOK = cpuOK && s.HasCPU
 		if s.PID > 0 {
 			host, _, _ := net.SplitHostPort(s.Addr)
-			local := isLoopback(host)
+			local := loopback.Is(host)
 			if local {
 				host = "loopback" // 127.0.0.1 and 127.0.0.2 are one machine
 			}
@@ -253,12 +260,4 @@ func summariseLoad(servers []ServerLoad, ops int64) Load {
 		l.ServerCPU = 0
 	}
 	return l
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

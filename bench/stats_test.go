@@ -20,6 +20,7 @@ func TestParseStats(t *testing.T) {
 		{"error", "ERROR\r\n", nil, false},
 		{"junk", "HELLO\r\n", nil, false},
 		{"eof", "STAT pid 1\r\n", nil, false},
+		{"no-cr", "STAT pid 1\nEND\n", nil, false},
 	} {
 		got, err := parseStats(bufio.NewReader(strings.NewReader(tc.wire)))
 		if (err == nil) != tc.ok || len(got) != len(tc.want) {

@@ -16,12 +16,8 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// Defaults for the zero fields of Config.
-const (
-	DefaultPeerTimeout  = 500 * time.Millisecond
-	DefaultMaxIdleConns = 64
-	DefaultBindAddr     = "0.0.0.0"
-)
+// DefaultBindAddr is used when Config.BindAddr is empty: all interfaces.
+const DefaultBindAddr = "0.0.0.0"
 
 // Profile picks the memberlist timing preset a node starts from. All nodes
 // of a cluster should use the same one.
@@ -91,15 +87,6 @@ type Config struct {
 	// transport is bound to BindAddr:BindPort.
 	Transport memberlist.Transport
 
-	// PeerTimeout is the read/write and dial timeout of the peer clients.
-	// If zero, DefaultPeerTimeout (gomemcache's own default) is used.
-	PeerTimeout time.Duration
-
-	// MaxIdleConns is the number of idle connections kept per peer. If
-	// zero, DefaultMaxIdleConns is used: gomemcache's default of 2 makes a
-	// busy node dial and close connections all the time.
-	MaxIdleConns int
-
 	// VNodes is the number of virtual nodes per unit of weight in the ring;
 	// zero means the ring's default. All nodes must agree on it.
 	VNodes int
@@ -124,8 +111,8 @@ func (c *Config) setDefaults() error {
 	if c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
 		return fmt.Errorf("peers: bad port (bind %d, advertise %d)", c.BindPort, c.AdvertisePort)
 	}
-	if c.PeerTimeout < 0 || c.MaxIdleConns < 0 || c.VNodes < 0 || c.JoinRetry < 0 {
-		return errors.New("peers: negative PeerTimeout, MaxIdleConns, VNodes or JoinRetry")
+	if c.VNodes < 0 || c.JoinRetry < 0 {
+		return errors.New("peers: negative VNodes or JoinRetry")
 	}
 	if c.Profile > WAN {
 		return fmt.Errorf("peers: unknown profile %d", c.Profile)
@@ -138,12 +125,6 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.PeerTimeout == 0 {
-		c.PeerTimeout = DefaultPeerTimeout
-	}
-	if c.MaxIdleConns == 0 {
-		c.MaxIdleConns = DefaultMaxIdleConns
 	}
 	if c.Name == "" {
 		c.Name = defaultName(c.BindPort, c.Transport != nil)

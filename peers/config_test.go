@@ -25,7 +25,7 @@ func TestDefaults(t *testing.T) {
 	if err := c.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	if c.PeerTimeout != DefaultPeerTimeout || c.MaxIdleConns != DefaultMaxIdleConns || c.BindAddr != DefaultBindAddr || c.Logger == nil {
+	if c.BindAddr != DefaultBindAddr || c.Logger == nil {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	if !strings.HasSuffix(c.Name, ":7946") {

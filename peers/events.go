@@ -1,7 +1,6 @@
 package peers
 
 import (
-	"cmp"
 	"log/slog"
 	"maps"
 	"net"
@@ -9,40 +8,38 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/memberlist"
 
 	"spillway/ring"
 )
 
-// Member states as Members reports them.
+// Member states, as logged ("peers: member left").
 const (
-	StateAlive = "alive" // in the ring (if its meta is usable)
-	StateLeft  = "left"  // left gracefully (Leave)
-	StateDead  = "dead"  // removed by failure detection
+	stateAlive = "alive" // in the ring (if its meta is usable)
+	stateLeft  = "left"  // left gracefully (Leave)
+	stateDead  = "dead"  // removed by failure detection
 )
 
-// maxDeparted bounds how many departed members Members keeps listing, so a
+// maxDeparted bounds how many departed members events remembers (so that
+// the leave which follows a leaving announcement is not logged twice), so a
 // cluster with churning node names does not grow without bound.
 const maxDeparted = 32
 
-// member is what events knows of one node.
+// member is what events knows of one node. It is not modified once it is
+// in e.nodes, so views share it.
 type member struct {
 	addr  string // gossip address
 	meta  Meta
 	err   error // why meta could not be decoded; such a member is not in the ring
 	state string
-	since time.Time
 }
 
 // view is an immutable snapshot of the membership, swapped atomically on
-// every change so that the hot path (Client, Ring, Meta) takes no lock.
+// every change so that the hot path (Ring, Meta) takes no lock.
 type view struct {
-	ring    *ring.Ring
-	members []Member // alive ones, then departed ones, each sorted by ID
-	byID    map[string]int
-	clients map[string]*peerClient
+	ring  *ring.Ring
+	nodes map[string]*member // alive and recently departed members, self included
 }
 
 // events implements memberlist.Delegate and memberlist.EventDelegate.
@@ -54,8 +51,6 @@ type events struct {
 	selfMeta Meta
 	meta     atomic.Pointer[[]byte] // encoded selfMeta, returned by NodeMeta
 	ringCfg  ring.Config
-	timeout  time.Duration
-	maxIdle  int
 	log      *slog.Logger
 	onChange func(*ring.Ring)
 
@@ -64,9 +59,8 @@ type events struct {
 	mu       sync.Mutex // guards everything below, and serialises onChange
 	nodes    map[string]*member
 	departed []string // IDs of departed members, oldest first
-	clients  map[string]*peerClient
-	started  bool // onChange has had its first call; later changes are delivered
-	closed   bool // Shutdown ran: ignore late events, make no clients
+	started  bool     // onChange has had its first call; later changes are delivered
+	closed   bool     // Shutdown ran: ignore late events
 }
 
 func newEvents(self string, meta []byte, cfg *Config, onChange func(*ring.Ring)) *events {
@@ -74,12 +68,9 @@ func newEvents(self string, meta []byte, cfg *Config, onChange func(*ring.Ring))
 		self:     self,
 		selfMeta: cfg.Meta,
 		ringCfg:  ring.Config{VNodes: cfg.VNodes},
-		timeout:  cfg.PeerTimeout,
-		maxIdle:  cfg.MaxIdleConns,
 		log:      cfg.Logger,
 		onChange: onChange,
 		nodes:    make(map[string]*member),
-		clients:  make(map[string]*peerClient),
 	}
 	e.meta.Store(&meta)
 	e.rebuildLocked()
@@ -133,16 +124,15 @@ func (e *events) update(n *memberlist.Node, gone bool) {
 	}
 	m := &member{
 		addr:  net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
-		state: StateAlive,
-		since: time.Now(),
+		state: stateAlive,
 	}
 	var leaving bool
 	m.meta, leaving, m.err = decodeMeta(n.Meta)
 	switch {
 	case leaving:
-		m.state = StateLeft
+		m.state = stateLeft
 	case gone:
-		m.state = StateDead
+		m.state = stateDead
 	}
 	state := m.state
 	if m.err != nil && n.Name != e.self {
@@ -152,15 +142,12 @@ func (e *events) update(n *memberlist.Node, gone bool) {
 	old := e.nodes[n.Name]
 	e.nodes[n.Name] = m
 	e.departed = slices.DeleteFunc(e.departed, func(id string) bool { return id == n.Name })
-	if state != StateAlive {
+	if state != stateAlive {
 		e.departed = append(e.departed, n.Name)
 		if len(e.departed) > maxDeparted {
 			delete(e.nodes, e.departed[0])
 			e.departed = e.departed[1:]
 		}
-	}
-	if old != nil && old.state == state {
-		m.since = old.since
 	}
 	if old == nil || old.state != state || old.meta != m.meta {
 		e.log.Info("peers: member "+state, "member", n.Name, "addr", m.addr,
@@ -185,65 +172,23 @@ func (e *events) start() {
 	e.onChange(e.cur.Load().ring)
 }
 
-// close stops event handling and drops every client. memberlist can still
-// deliver a late event after its Shutdown (suspicion timers), hence closed.
+// close stops event handling. memberlist can still deliver a late event
+// after its Shutdown (suspicion timers), hence closed.
 func (e *events) close() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closed = true
-	for id, c := range e.clients {
-		c.close()
-		delete(e.clients, id)
-	}
-	e.rebuildLocked()
 }
 
 // rebuildLocked builds a new view from e.nodes: the ring of the alive members
-// with usable meta, and one client per such member other than self that has
-// a peer address (reusing the existing client while its address holds).
-// Every node runs this on the same member list, so all build the same ring.
+// with usable meta. Every node runs this on the same member list, so all
+// build the same ring.
 func (e *events) rebuildLocked() {
-	ids := slices.Sorted(maps.Keys(e.nodes))
-	// Alive members first, as Members promises; the sort is stable.
-	slices.SortStableFunc(ids, func(a, b string) int {
-		return cmp.Compare(stateRank(e.nodes[a].state), stateRank(e.nodes[b].state))
-	})
-	v := &view{
-		members: make([]Member, 0, len(ids)),
-		byID:    make(map[string]int, len(ids)),
-		clients: make(map[string]*peerClient, len(ids)),
-	}
 	var nodes []ring.Node
-	for _, id := range ids {
-		m := e.nodes[id]
-		v.byID[id] = len(v.members)
-		v.members = append(v.members, Member{ID: id, Addr: m.addr, Meta: m.meta, State: m.state, Since: m.since})
-		if m.state != StateAlive || m.err != nil {
-			continue
-		}
-		nodes = append(nodes, ring.Node{ID: id, Weight: m.meta.Weight})
-		if id == e.self || m.meta.Peer == "" || e.closed {
-			continue
-		}
-		c := e.clients[id]
-		if c == nil || c.addr != m.meta.Peer {
-			c = newPeerClient(m.meta.Peer, e.timeout, e.maxIdle)
-		}
-		v.clients[id] = c
-	}
-	for id, c := range e.clients {
-		if v.clients[id] != c {
-			c.close()
+	for id, m := range e.nodes {
+		if m.state == stateAlive && m.err == nil {
+			nodes = append(nodes, ring.Node{ID: id, Weight: m.meta.Weight})
 		}
 	}
-	e.clients = maps.Clone(v.clients)
-	v.ring = ring.New(nodes, e.ringCfg)
-	e.cur.Store(v)
-}
-
-func stateRank(s string) int {
-	if s == StateAlive {
-		return 0
-	}
-	return 1
+	e.cur.Store(&view{ring: ring.New(nodes, e.ringCfg), nodes: maps.Clone(e.nodes)})
 }

@@ -20,7 +20,7 @@ type Meta struct {
 	// Peer is the address of the node's peer listener ("host:port"): the
 	// one other nodes forward requests to. A member without one still owns
 	// keys (every node must build the same ring from the same members), but
-	// Client reports no client for it, so callers treat it as unreachable.
+	// callers have nowhere to dial it and treat it as unreachable.
 	Peer string `json:"p,omitempty"`
 
 	// Weight is the node's capacity relative to the others: a node of

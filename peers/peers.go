@@ -1,22 +1,22 @@
 // Package peers is a node's view of the cluster: membership gossiped with
-// hashicorp/memberlist, turned into consistent-hash ring snapshots, and one
-// pooled gomemcache client per other node.
+// hashicorp/memberlist, turned into consistent-hash ring snapshots.
 //
 // memberlist does the hard parts (join through any seed, SWIM failure
 // detection, graceful leave, optional encryption). This package adds what
 // spillway needs on top: each node's addresses and weight carried in the
-// gossip (Meta), a new *ring.Ring on every membership change, and clients
-// that come and go with the members.
+// gossip (Meta), and a new *ring.Ring on every membership change.
+//
+// It opens no connections to the other nodes: the caller dials a member's
+// Meta.Peer address itself (server's peer client). peers never imports
+// store, protocol or server.
 package peers
 
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
-	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/hashicorp/memberlist"
 
 	"spillway/ring"
@@ -25,17 +25,8 @@ import (
 // ErrClosed is returned by Leave after Shutdown.
 var ErrClosed = errors.New("peers: shut down")
 
-// Member is one node as Members reports it.
-type Member struct {
-	ID    string
-	Addr  string // gossip address, "host:port"
-	Meta  Meta
-	State string    // StateAlive, StateLeft or StateDead
-	Since time.Time // when this node last saw State change
-}
-
 // Peers is a running member of the cluster. It is safe for concurrent use.
-// Client, Ring, Meta, Members and Self read an immutable snapshot that is
+// Ring, Meta, GossipAddr and Self read an immutable snapshot that is
 // swapped on each membership change: they take no lock and are cheap enough
 // for every request.
 type Peers struct {
@@ -56,7 +47,7 @@ type Peers struct {
 // members or weights change. Calls never overlap and arrive in order.
 // memberlist makes them while holding its own lock, so onChange must
 // return quickly (swap a pointer) and must not call Leave or Shutdown;
-// reading Ring, Client, Meta or Members from it is fine.
+// reading Ring or Meta from it is fine.
 //
 // Join fails if cfg is invalid or if seeds were given and none could be
 // reached within cfg.JoinRetry; reaching some of them is enough.
@@ -113,9 +104,8 @@ func (p *Peers) Self() string { return p.self }
 // GossipAddr returns the address this node gossips on, as the others see
 // it: what to put in another node's Config.Join.
 func (p *Peers) GossipAddr() string {
-	v := p.ev.cur.Load()
-	if i, ok := v.byID[p.self]; ok {
-		return v.members[i].Addr
+	if m, ok := p.ev.cur.Load().nodes[p.self]; ok {
+		return m.addr
 	}
 	return ""
 }
@@ -124,40 +114,19 @@ func (p *Peers) GossipAddr() string {
 // this node; it may then be empty.
 func (p *Peers) Ring() *ring.Ring { return p.ev.cur.Load().ring }
 
-// Client returns the pooled client for the member id. There is none for
-// this node itself, for unknown or departed members, for members without a
-// peer address, or after Shutdown. The client stays usable after the member
-// leaves, but its idle connections are closed: fetch it per request.
-func (p *Peers) Client(id string) (*memcache.Client, bool) {
-	c, ok := p.ev.cur.Load().clients[id]
-	if !ok {
-		return nil, false
-	}
-	return c.mc, true
-}
-
 // Meta returns the metadata of the alive member id.
 func (p *Peers) Meta(id string) (Meta, bool) {
-	v := p.ev.cur.Load()
-	i, ok := v.byID[id]
-	if !ok || v.members[i].State != StateAlive {
+	m, ok := p.ev.cur.Load().nodes[id]
+	if !ok || m.state != stateAlive {
 		return Meta{}, false
 	}
-	return v.members[i].Meta, true
-}
-
-// Members returns the alive members, this node included, followed by up to
-// 32 recently departed ones, each group sorted by ID. Members that joined
-// the gossip with unusable metadata are listed (with a zero Meta) but are
-// not in the ring. It is safe to call from onChange.
-func (p *Peers) Members() []Member {
-	return slices.Clone(p.ev.cur.Load().members)
+	return m.meta, true
 }
 
 // Leave tells the cluster this node is going, and waits up to timeout
 // (0: no limit) for the news to go out. The others drop the node from their
-// rings at once instead of waiting for failure detection, and list it as
-// StateLeft rather than StateDead. Gossip keeps running until Shutdown,
+// rings at once instead of waiting for failure detection, and log it as
+// left rather than dead. Gossip keeps running until Shutdown,
 // which should follow. Calling Leave again does nothing.
 func (p *Peers) Leave(timeout time.Duration) error {
 	p.life.Lock()
@@ -200,9 +169,9 @@ func (p *Peers) Leave(timeout time.Duration) error {
 // itself within memberlist's TCPTimeout.
 func (p *Peers) pushState(deadline time.Time) {
 	var wg sync.WaitGroup
-	for _, m := range p.ev.cur.Load().members {
-		if m.ID != p.self && m.State == StateAlive {
-			wg.Go(func() { _, _ = p.ml.Join([]string{m.Addr}) })
+	for id, m := range p.ev.cur.Load().nodes {
+		if id != p.self && m.state == stateAlive {
+			wg.Go(func() { _, _ = p.ml.Join([]string{m.addr}) })
 		}
 	}
 	done := make(chan struct{})
@@ -222,7 +191,7 @@ func (p *Peers) pushState(deadline time.Time) {
 	}
 }
 
-// Shutdown stops gossip and closes the peer clients' idle connections.
+// Shutdown stops gossip.
 // Without a Leave first, the others notice only by failure detection.
 // It is safe to call more than once.
 func (p *Peers) Shutdown() error {

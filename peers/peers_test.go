@@ -220,8 +220,7 @@ func TestClusterConverges(t *testing.T) {
 				if got := len(n.rec.snapshot()); got < size-i {
 					t.Errorf("%s: onChange called %d times, want >= %d", n.p.Self(), got, size-i)
 				}
-				checkClients(t, n, nodes)
-				if ms := n.p.Members(); len(ms) != size {
+				if ms := n.p.ev.cur.Load().nodes; len(ms) != size {
 					t.Errorf("%s: %d members, want %d", n.p.Self(), len(ms), size)
 				}
 				for j, o := range nodes {
@@ -236,37 +235,17 @@ func TestClusterConverges(t *testing.T) {
 	}
 }
 
-// checkClients checks that n has a client for every node in others but itself.
-func checkClients(t *testing.T, n *testNode, others []*testNode) {
-	t.Helper()
-	for _, o := range others {
-		c, ok := n.p.Client(o.p.Self())
-		if o == n {
-			if ok || c != nil {
-				t.Errorf("%s: has a client for itself", n.p.Self())
-			}
-			continue
-		}
-		if !ok || c == nil {
-			t.Errorf("%s: no client for %s", n.p.Self(), o.p.Self())
-			continue
-		}
-		if c.Timeout != DefaultPeerTimeout || c.MaxIdleConns != DefaultMaxIdleConns {
-			t.Errorf("%s: client for %s has Timeout %v MaxIdleConns %d", n.p.Self(), o.p.Self(), c.Timeout, c.MaxIdleConns)
-		}
-	}
-}
-
 // TestDeparture removes a node from a 3-node cluster, gracefully or not,
-// and checks every survivor drops it from its ring, clients and members.
+// and checks every survivor drops it from its ring and records it as left
+// or dead.
 func TestDeparture(t *testing.T) {
 	tests := []struct {
 		name  string
 		leave bool
 		state string
 	}{
-		{"leave", true, StateLeft},
-		{"shutdown without leave", false, StateDead},
+		{"leave", true, stateLeft},
+		{"shutdown without leave", false, stateDead},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -274,7 +253,6 @@ func TestDeparture(t *testing.T) {
 			eventually(t, "rings converge", ringsAre(nodes, wantRing(nodes)))
 			gone, rest := nodes[2], nodes[:2]
 			id := gone.p.Self()
-			client, _ := rest[0].p.Client(id)
 
 			start := time.Now()
 			if tt.leave {
@@ -289,28 +267,12 @@ func TestDeparture(t *testing.T) {
 			t.Logf("%s removed after %v", id, time.Since(start))
 
 			for _, n := range rest {
-				if c, ok := n.p.Client(id); ok || c != nil {
-					t.Errorf("%s: still has a client for departed %s", n.p.Self(), id)
-				}
 				if _, ok := n.p.Meta(id); ok {
 					t.Errorf("%s: Meta(%s) still reported", n.p.Self(), id)
 				}
-				ms := n.p.Members()
-				if len(ms) != 3 || ms[2].ID != id || ms[2].State != tt.state {
-					t.Errorf("%s: Members = %+v, want %s last and %s", n.p.Self(), ms, id, tt.state)
-				}
-				checkClients(t, n, rest)
-			}
-			// A client fetched before the departure stays safe to use.
-			if client == nil {
-				t.Fatal("no client before departure")
-			}
-			_ = client.Close()
-
-			// The departed node's own view after Shutdown: no clients at all.
-			for _, o := range rest {
-				if _, ok := gone.p.Client(o.p.Self()); ok {
-					t.Errorf("shut-down node still hands out a client for %s", o.p.Self())
+				ms := n.p.ev.cur.Load().nodes
+				if m := ms[id]; len(ms) != 3 || m == nil || m.state != tt.state {
+					t.Errorf("%s: members %v, want 3 with %s %s", n.p.Self(), ms, id, tt.state)
 				}
 			}
 			if err := gone.p.Leave(5 * time.Second); err != ErrClosed {
@@ -367,7 +329,7 @@ func TestJoinFails(t *testing.T) {
 		{"bad peer address", Config{Meta: Meta{Peer: "nohostport"}}, "peer address"},
 		{"meta too large", Config{Meta: Meta{Client: strings.Repeat("x", 600)}}, "meta larger"},
 		{"bad port", Config{BindPort: 70000}, "bad port"},
-		{"negative timeout", Config{PeerTimeout: -time.Second}, "negative"},
+		{"negative vnodes", Config{VNodes: -1}, "negative"},
 		{"unknown profile", Config{Profile: 9}, "unknown profile"},
 	}
 	for i, tt := range tests {
@@ -406,8 +368,7 @@ func TestReadsDuringChurn(t *testing.T) {
 		Logger: quietLogger(t), Profile: Local, Tune: fastTimings,
 	}, func(r *ring.Ring) {
 		if p := self.Load(); p != nil {
-			_ = p.Members()
-			_, _ = p.Client("n1")
+			_ = p.GossipAddr()
 			_, _ = p.Meta("n1")
 			_ = p.Ring().Owner("k")
 			inCallback.Add(1)
@@ -434,13 +395,13 @@ func TestReadsDuringChurn(t *testing.T) {
 					return
 				case <-tick.C:
 				}
-				if c, ok := p.Client("n1"); ok && c == nil {
-					t.Error("Client returned ok with a nil client")
+				if m, ok := p.Meta("n1"); ok && m.Peer != "p-n1:11311" {
+					t.Errorf("Meta(n1) = %+v", m)
 				}
 				if r := p.Ring(); r.Len() == 0 {
 					t.Error("empty ring while n0 is alive")
 				}
-				_ = p.Members()
+				_ = p.GossipAddr()
 				reads.Add(1)
 			}
 		})
@@ -479,7 +440,9 @@ func TestReadsDuringChurn(t *testing.T) {
 	t.Logf("%d concurrent reads, %d onChange calls", reads.Load(), inCallback.Load())
 }
 
-func BenchmarkClient(b *testing.B) {
+// BenchmarkMeta: reading a member's addresses takes no lock and allocates
+// nothing, so a caller may do it per request.
+func BenchmarkMeta(b *testing.B) {
 	mn := &memNet{}
 	a, err := Join(Config{Name: "a", Transport: mn.NewTransport("a"), Meta: Meta{Peer: "a:1"}, Logger: slog.New(slog.DiscardHandler), Profile: Local}, nil)
 	if err != nil {
@@ -493,8 +456,8 @@ func BenchmarkClient(b *testing.B) {
 	defer c.Shutdown()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := a.Client("b"); !ok {
-			b.Fatal("no client")
+		if _, ok := a.Meta("b"); !ok {
+			b.Fatal("no meta")
 		}
 	}
 }

@@ -64,6 +64,10 @@
 // rules and are truncated to 32 bits where memcached stores 32 bits (see
 // num.go): flags 4294967296 are stored as 0, exactly as memcached does.
 //
+// The client side is smaller: a ReplyReader reads a server's replies, one
+// line at a time with the data block of a VALUE or VA reply, and
+// ParseValueLine and MetaReplyFlag take those lines apart (see reply.go).
+//
 // # Errors
 //
 // Every protocol error is the reply memcached sends for it (Writer.Error).

@@ -1,7 +1,10 @@
 package protocol
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -138,4 +141,77 @@ func digest(req *Request, err error) string {
 	b = strconv.AppendBool(b, req.Noreply)
 	b = append(append(b, m.Order()...), m.Opaque...)
 	return string(append(b, req.Data...))
+}
+
+// FuzzReadReply reads a stream of replies to its end and checks that what
+// was read, written out again, is exactly the bytes consumed; that every
+// value is the size its line announced and within MaxValue; and that bytes
+// trickling in one at a time read the same.
+func FuzzReadReply(f *testing.F) {
+	for _, tc := range replyCases {
+		f.Add([]byte(tc.wire))
+	}
+	var out bytes.Buffer
+	w := NewWriter(&out)
+	w.ValueCAS([]byte("k"), 7, []byte("a\r\nb"), 99)
+	w.Status(End)
+	w.MetaValueStart(3)
+	w.MetaUint('c', 12)
+	w.MetaEnd([]byte("xyz"))
+	w.StatUint("curr_items", 5)
+	w.Flush()
+	f.Add(out.Bytes())
+
+	const maxValue = 1024
+	src, br := new(bytes.Reader), bufio.NewReaderSize(nil, 256)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		src.Reset(in)
+		br.Reset(src)
+		whole := fuzzReplies(t, br, src, in, maxValue)
+		src.Reset(in)
+		br.Reset(iotest.OneByteReader(src))
+		if trickle := fuzzReplies(t, br, nil, in, maxValue); trickle != whole {
+			t.Fatalf("whole: %q\ntrickle: %q", whole, trickle)
+		}
+	})
+}
+
+// fuzzReplies reads replies until an error and returns them written out
+// again, with the error. With src, it checks that they are the bytes
+// consumed.
+func fuzzReplies(t *testing.T, br *bufio.Reader, src *bytes.Reader, in []byte, maxValue int) string {
+	rr := ReplyReader{MaxValue: maxValue}
+	var again []byte
+	for reads := 0; ; reads++ {
+		if reads > len(in) {
+			t.Fatalf("%d reads from %d bytes", reads, len(in))
+		}
+		line, value, err := rr.Read(br)
+		if err != nil {
+			if !errors.Is(err, ErrBadReply) && err != io.EOF && err != io.ErrUnexpectedEOF {
+				t.Fatalf("unexpected error %v", err)
+			}
+			if err == io.EOF && len(again) != len(in) {
+				t.Fatalf("EOF after %d of %d bytes", len(again), len(in))
+			}
+			return string(again) + "\x00" + err.Error()
+		}
+		if bytes.IndexByte(line, '\n') >= 0 {
+			t.Fatalf("line %q holds a newline", line)
+		}
+		n, isValue := valueSize(line)
+		if isValue != (value != nil) || (isValue && n != len(value)) || len(value) > maxValue {
+			t.Fatalf("line %q with a %d-byte value (isValue %v, size %d)", line, len(value), isValue, n)
+		}
+		if v, ok := ParseValueLine(line); ok && v.Size != len(value) {
+			t.Fatalf("VALUE line %q, %d-byte value", line, len(value))
+		}
+		again = append(append(again, line...), "\r\n"...)
+		if value != nil {
+			again = append(append(again, value...), "\r\n"...)
+		}
+		if src != nil && !bytes.Equal(again, in[:len(in)-src.Len()-br.Buffered()]) {
+			t.Fatalf("read %q, consumed %q", again, in[:len(in)-src.Len()-br.Buffered()])
+		}
+	}
 }

@@ -402,13 +402,15 @@ func parseVerbosity(t *tokens, req *Request) error {
 // bytes, none of them whitespace or control characters. memcached itself
 // only enforces the length (and Parse does the same), but clients such as
 // gomemcache refuse other keys, so a server that forwards keys to its peers
-// through such a client can check them first.
-func ValidKey(key []byte) bool {
+// through such a client, or writes them into a request line of its own,
+// can check them first. A key that fails may still be sent base64-encoded
+// (meta commands' b flag).
+func ValidKey[K ~string | ~[]byte](key K) bool {
 	if len(key) == 0 || len(key) > KeyMax {
 		return false
 	}
-	for _, c := range key {
-		if c <= ' ' || c == 0x7f {
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c == 0x7f {
 			return false
 		}
 	}

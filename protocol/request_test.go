@@ -184,6 +184,9 @@ func TestValidKey(t *testing.T) {
 		if got := ValidKey([]byte(key)); got != want {
 			t.Errorf("ValidKey(%q) = %v, want %v", key, got, want)
 		}
+		if got := ValidKey(key); got != want {
+			t.Errorf("ValidKey(string %q) = %v, want %v", key, got, want)
+		}
 	}
 }
 

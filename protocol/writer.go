@@ -145,23 +145,14 @@ func (w *Writer) Stat(name, value string) {
 	w.bw.Write(append(b, "\r\n"...))
 }
 
-// StatInt writes "STAT <name> <v>\r\n".
-func (w *Writer) StatInt(name string, v int64) {
-	b := w.statStart(name)
-	w.bw.Write(append(strconv.AppendInt(b, v, 10), "\r\n"...))
-}
-
-// StatUint writes "STAT <name> <v>\r\n".
+// StatUint writes "STAT <name> <v>\r\n" without allocating. Every
+// numeric field of memcached's stats is unsigned.
 func (w *Writer) StatUint(name string, v uint64) {
-	b := w.statStart(name)
-	w.bw.Write(append(strconv.AppendUint(b, v, 10), "\r\n"...))
-}
-
-func (w *Writer) statStart(name string) []byte {
 	b := w.buf(len(name) + 30)
 	b = append(b, "STAT "...)
 	b = append(b, name...)
-	return append(b, ' ')
+	b = append(b, ' ')
+	w.bw.Write(append(strconv.AppendUint(b, v, 10), "\r\n"...))
 }
 
 // Error writes the reply for err: the exact memcached line for protocol

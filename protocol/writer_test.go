@@ -34,10 +34,9 @@ func TestWriter(t *testing.T) {
 		{"line", func(w *Writer) { w.Line("VERSION 1.6.18") }, "VERSION 1.6.18\r\n"},
 		{"stats", func(w *Writer) {
 			w.Stat("version", "1.6.18")
-			w.StatInt("time", -5)
 			w.StatUint("curr_items", 7)
 			w.Status(End)
-		}, "STAT version 1.6.18\r\nSTAT time -5\r\nSTAT curr_items 7\r\nEND\r\n"},
+		}, "STAT version 1.6.18\r\nSTAT curr_items 7\r\nEND\r\n"},
 
 		{"error-nil", func(w *Writer) { w.Error(nil) }, ""},
 		{"error-unknown", func(w *Writer) { w.Error(ErrUnknownCommand) }, "ERROR\r\n"},

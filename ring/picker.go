@@ -267,10 +267,11 @@ func (p *Picker) Loads() []NodeLoad {
 	return out
 }
 
-// Total returns the total load L that capacities are computed from. In
+// total returns the total load L that capacities are computed from. In
 // InFlight mode it includes requests to nodes that have since left the
 // ring; in Rate mode it is summed over the current nodes once per tick.
-func (p *Picker) Total() float64 {
+// Only tests read it, to check that every release is counted.
+func (p *Picker) total() float64 {
 	st := p.state.Load()
 	if st.r.Len() == 0 {
 		return float64(p.inflight.Load())

@@ -65,8 +65,8 @@ func TestPickEmptyRing(t *testing.T) {
 			if got := p.Loads(); len(got) != 0 {
 				t.Errorf("Loads() on empty ring = %v", got)
 			}
-			if p.Total() != 0 {
-				t.Errorf("Total() on empty ring = %v", p.Total())
+			if p.total() != 0 {
+				t.Errorf("total() on empty ring = %v", p.total())
 			}
 		}
 		p.Swap(ringOf("a"))
@@ -104,25 +104,25 @@ func TestInFlight(t *testing.T) {
 		_, _, release, _ := p.Pick("k")
 		releases = append(releases, release)
 	}
-	if loadOf(p, "a") != 3 || p.Total() != 3 {
-		t.Fatalf("after 3 picks: load %v, total %v", loadOf(p, "a"), p.Total())
+	if loadOf(p, "a") != 3 || p.total() != 3 {
+		t.Fatalf("after 3 picks: load %v, total %v", loadOf(p, "a"), p.total())
 	}
 	releases[0]()
 	releases[1]()
-	if loadOf(p, "a") != 1 || p.Total() != 1 {
-		t.Fatalf("after 2 releases: load %v, total %v", loadOf(p, "a"), p.Total())
+	if loadOf(p, "a") != 1 || p.total() != 1 {
+		t.Fatalf("after 2 releases: load %v, total %v", loadOf(p, "a"), p.total())
 	}
 	p.Swap(ringOf("a", "b")) // a survives with its count
 	if loadOf(p, "a") != 1 || loadOf(p, "b") != 0 {
 		t.Fatalf("after Swap: a %v, b %v", loadOf(p, "a"), loadOf(p, "b"))
 	}
 	p.Swap(ringOf("b")) // a leaves with one request outstanding
-	if p.Total() != 1 {
-		t.Fatalf("total after a left = %v, want its outstanding 1", p.Total())
+	if p.total() != 1 {
+		t.Fatalf("total after a left = %v, want its outstanding 1", p.total())
 	}
 	releases[2]()
-	if p.Total() != 0 {
-		t.Fatalf("total after the last release = %v", p.Total())
+	if p.total() != 0 {
+		t.Fatalf("total after the last release = %v", p.total())
 	}
 	// C = ceil((1+0.25)·(0+1)·1) = 2
 	if l := p.Loads(); len(l) != 1 || l[0].ID != "b" || l[0].Capacity != 2 {
@@ -163,8 +163,8 @@ func TestRateDecay(t *testing.T) {
 func TestRateTotal(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1e9, 0)}
 	p := mustPicker(t, ringOf("a", "b", "c", "d"), PickerConfig{Epsilon: 0.05, HalfLife: time.Second, Now: clock.Now})
-	if p.Total() != 0 {
-		t.Fatalf("initial total %v", p.Total())
+	if p.total() != 0 {
+		t.Fatalf("initial total %v", p.total())
 	}
 	for i := range 400 {
 		p.Pick(strconv.Itoa(i))
@@ -172,11 +172,11 @@ func TestRateTotal(t *testing.T) {
 	// Within the first tick the total started at 0; every time all four
 	// nodes filled up, a full walk refreshed it, so it lags by less than
 	// one round of growth.
-	if got := p.Total(); got < 400/1.05-4 || got > 400 {
+	if got := p.total(); got < 400/1.05-4 || got > 400 {
 		t.Errorf("total in first tick = %v, want about 400", got)
 	}
 	clock.now = clock.now.Add(time.Second)
-	if got := p.Total(); math.Abs(got-200) > 0.01 {
+	if got := p.total(); math.Abs(got-200) > 0.01 {
 		t.Errorf("total one half-life later = %v, want 200", got)
 	}
 	sum := 0.0

@@ -133,8 +133,8 @@ func TestConcurrent(t *testing.T) {
 		wg.Wait()
 		if mode == InFlight {
 			p.Swap(r1)
-			if p.Total() != 0 {
-				t.Errorf("in flight after all releases: %v", p.Total())
+			if p.total() != 0 {
+				t.Errorf("in flight after all releases: %v", p.total())
 			}
 			p.Swap(r2)
 			for _, l := range p.Loads() {

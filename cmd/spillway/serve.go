@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"spillway/internal/loopback"
 	"spillway/peers"
 	"spillway/ring"
 	"spillway/server"
@@ -275,7 +276,7 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 		}
 		advHost, pc.AdvertiseAddr, pc.AdvertisePort = h, h, p
 	}
-	if isLoopback(ghost) {
+	if loopback.Is(ghost) {
 		pc.Profile = peers.Local
 	}
 	for _, j := range strings.Split(f.join, ",") {
@@ -317,11 +318,6 @@ func splitPort(s string, def int) (string, int, error) {
 		return "", 0, fmt.Errorf("bad port in %q", s)
 	}
 	return host, p, nil
-}
-
-func isLoopback(host string) bool {
-	ip := net.ParseIP(host)
-	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
 // advertised is a listener's address as others should dial it.
