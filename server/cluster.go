@@ -345,7 +345,7 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 	}
 	cl.mu.Unlock()
 	for _, m := range back {
-		pc := newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.cfg.PeerTimeout, 1)
+		pc := newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.cfg.PeerTimeout, 1, cl.srv.cfg.MaxItemSize)
 		_, err := pc.control(cl.tag(tagControl), "dead", []byte(m.Boot))
 		pc.close()
 		cl.log.Info("told a member that comes back that it was declared dead", "member", m.Peer, "err", err)
@@ -430,7 +430,7 @@ func (cl *cluster) installLocked() {
 			nv.clients[n.ID] = pc
 			continue
 		}
-		nv.clients[n.ID] = newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.fetchTimeout, cl.cfg.PeerMaxIdle)
+		nv.clients[n.ID] = newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.fetchTimeout, cl.cfg.PeerMaxIdle, cl.srv.cfg.MaxItemSize)
 	}
 	switch {
 	case old.ring.Len() > 0:

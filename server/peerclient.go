@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"spillway/protocol"
 	"spillway/store"
 )
 
@@ -26,6 +27,9 @@ type peerClient struct {
 	timeout time.Duration // dial, writes and forwarded writes
 	slow    time.Duration // reads, which the peer may fill from the origin
 	maxIdle int
+	// maxValue bounds a value read from the peer (this node's item size
+	// limit: a larger one could not be stored here either).
+	maxValue int
 
 	mu     sync.Mutex
 	idle   []*peerConn // guarded by mu
@@ -36,10 +40,11 @@ type peerConn struct {
 	nc net.Conn
 	r  *bufio.Reader
 	w  *bufio.Writer
+	rr protocol.ReplyReader
 }
 
-func newPeerClient(addr string, timeout, slow time.Duration, maxIdle int) *peerClient {
-	return &peerClient{addr: addr, timeout: timeout, slow: max(slow, timeout), maxIdle: maxIdle}
+func newPeerClient(addr string, timeout, slow time.Duration, maxIdle, maxValue int) *peerClient {
+	return &peerClient{addr: addr, timeout: timeout, slow: max(slow, timeout), maxIdle: maxIdle, maxValue: maxValue}
 }
 
 // conn returns a pooled connection (pooled is true) or a new one.
@@ -56,7 +61,9 @@ func (p *peerClient) conn() (pc *peerConn, pooled bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	return &peerConn{nc: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10)}, false, nil
+	pc = &peerConn{nc: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10)}
+	pc.rr.MaxValue = p.maxValue
+	return pc, false, nil
 }
 
 // release returns a healthy connection to the pool; a failed one is closed,
@@ -145,7 +152,7 @@ func (p *peerClient) fetchWith(keys []string, tag, extra string, now time.Time) 
 			return err
 		}
 		for i := range keys {
-			f, err := readMetaValue(pc.r, keys[i], now)
+			f, err := readMetaValue(pc, keys[i], now)
 			if err != nil {
 				return err
 			}
@@ -158,8 +165,8 @@ func (p *peerClient) fetchWith(keys []string, tag, extra string, now time.Time) 
 
 // readMetaValue parses "VA <n> f<flags> c<cas> t<ttl> O<tag>\r\n<data>\r\n"
 // or "EN\r\n".
-func readMetaValue(r *bufio.Reader, key string, now time.Time) (fetched, error) {
-	line, value, err := readReply(r)
+func readMetaValue(pc *peerConn, key string, now time.Time) (fetched, error) {
+	line, value, err := pc.readReply()
 	switch {
 	case err != nil:
 		return fetched{}, err
@@ -169,25 +176,20 @@ func readMetaValue(r *bufio.Reader, key string, now time.Time) (fetched, error) 
 		return fetched{}, peerReplyError(line)
 	}
 	it := store.Item{Key: key, Value: value}
-	for _, f := range bytes.Fields(line[3:])[1:] { // after "VA <size>"
-		if len(f) < 2 {
-			continue
-		}
-		switch f[0] {
-		case 'f':
-			v, _ := strconv.ParseUint(string(f[1:]), 10, 32)
-			it.Flags = uint32(v)
-		case 'c':
-			it.CAS, _ = strconv.ParseUint(string(f[1:]), 10, 64)
-		case 't':
-			// The owner rounds the remaining lifetime to the nearest
-			// second, and now is when the request was sent, before the
-			// owner looked: now+ttl-0.5s is never after the item's own
-			// expiry, so a copy never outlives it.
-			ttl, _ := strconv.ParseInt(string(f[1:]), 10, 64)
-			if ttl >= 0 {
-				it.Expires = now.Add(time.Duration(ttl)*time.Second - time.Second/2)
-			}
+	if f, ok := protocol.MetaReplyFlag(line, 'f'); ok {
+		v, _ := strconv.ParseUint(string(f), 10, 32)
+		it.Flags = uint32(v)
+	}
+	if c, ok := protocol.MetaReplyFlag(line, 'c'); ok {
+		it.CAS, _ = strconv.ParseUint(string(c), 10, 64)
+	}
+	if t, ok := protocol.MetaReplyFlag(line, 't'); ok {
+		// The owner rounds the remaining lifetime to the nearest second,
+		// and now is when the request was sent, before the owner looked:
+		// now+ttl-0.5s is never after the item's own expiry, so a copy
+		// never outlives it.
+		if ttl, _ := strconv.ParseInt(string(t), 10, 64); ttl >= 0 {
+			it.Expires = now.Add(time.Duration(ttl)*time.Second - time.Second/2)
 		}
 	}
 	return fetched{item: it, found: true}, nil
@@ -202,7 +204,7 @@ func (p *peerClient) exchange(line, data []byte) (reply, value []byte, err error
 		if err := pc.w.Flush(); err != nil {
 			return err
 		}
-		reply, value, err = readReply(pc.r)
+		reply, value, err = pc.readReply()
 		return err
 	})
 	return reply, value, err
@@ -238,12 +240,12 @@ func (p *peerClient) exchangeQuiet(line, data []byte) (reply, value []byte, err 
 		if err := pc.w.Flush(); err != nil {
 			return err
 		}
-		reply, value, err = readReply(pc.r)
+		reply, value, err = pc.readReply()
 		if err != nil || string(reply) == "MN" {
 			reply, value = nil, nil
 			return err
 		}
-		mn, _, err := readReply(pc.r)
+		mn, _, err := pc.readReply()
 		if err == nil && string(mn) != "MN" {
 			err = peerReplyError(mn)
 		}
@@ -261,40 +263,17 @@ func writeRequest(w *bufio.Writer, line, data []byte) {
 	}
 }
 
-// readReply reads one reply line, and the value of a VA reply.
-func readReply(r *bufio.Reader) (reply, value []byte, err error) {
-	l, err := readLine(r)
+// readReply reads one reply line, and the value of a VA reply, as copies
+// of their own: the caller keeps them after the connection is reused.
+func (pc *peerConn) readReply() (reply, value []byte, err error) {
+	line, value, err := pc.rr.Read(pc.r)
 	if err != nil {
 		return nil, nil, err
 	}
-	reply = append([]byte(nil), l...)
-	if !bytes.HasPrefix(reply, []byte("VA ")) {
-		return reply, nil, nil
+	if value != nil {
+		value = bytes.Clone(value)
 	}
-	f := bytes.Fields(reply[3:])
-	n := -1
-	if len(f) > 0 {
-		n, _ = strconv.Atoi(string(f[0]))
-	}
-	if n < 0 {
-		return nil, nil, fmt.Errorf("peer: malformed reply %q", reply)
-	}
-	value = make([]byte, n+2)
-	if _, err := io.ReadFull(r, value); err != nil {
-		return nil, nil, err
-	}
-	if !bytes.HasSuffix(value, []byte("\r\n")) {
-		return nil, nil, fmt.Errorf("peer: value after %q not terminated", reply)
-	}
-	return reply, value[:n], nil
-}
-
-func readLine(r *bufio.Reader) ([]byte, error) {
-	line, err := r.ReadSlice('\n')
-	if err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r")), nil
+	return bytes.Clone(line), value, nil
 }
 
 // errPeerReply is a reply line that is neither a value nor a miss.

@@ -83,7 +83,7 @@ func notOwner(reply []byte) (owner string, ok bool) {
 // travel base64-encoded again, and writePeerKey reports that the line
 // needs the b flag.
 func writePeerKey(w *bufio.Writer, key string) (b64 bool) {
-	if safeKey(key) {
+	if protocol.ValidKey(key) {
 		w.WriteString(key)
 		return false
 	}
@@ -97,22 +97,12 @@ func writePeerKey(w *bufio.Writer, key string) (b64 bool) {
 // as it is base64-encoded with the b flag.
 func mdLine(key, flags string) []byte {
 	b := append(make([]byte, 0, 8+len(key)*4/3+len(flags)), "md "...)
-	if safeKey(key) {
+	if protocol.ValidKey(key) {
 		b = append(b, key...)
 	} else {
 		b = append(base64.StdEncoding.AppendEncode(b, []byte(key)), " b"...)
 	}
 	return append(b, flags...)
-}
-
-// safeKey reports whether key can stand in a request line as it is.
-func safeKey(key string) bool {
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c <= ' ' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // peerRequest serves the tagged requests of the peer protocol that are

@@ -244,7 +244,7 @@ func TestRegressDeadPeerSerialFallback(t *testing.T) {
 	}
 	defer hole.Close()
 	v := *nodes[0].srv.cl.view.Load()
-	v.clients = map[string]*peerClient{"node1": newPeerClient(hole.Addr().String(), DefaultPeerTimeout, DefaultPeerTimeout, 4)}
+	v.clients = map[string]*peerClient{"node1": newPeerClient(hole.Addr().String(), DefaultPeerTimeout, DefaultPeerTimeout, 4, DefaultMaxItemSize)}
 	nodes[0].srv.cl.view.Store(&v)
 	var keys []string
 	for i := 0; len(keys) < 8; i++ {
