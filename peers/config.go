@@ -156,6 +156,11 @@ func (c *Config) memberlist(ev *events) *memberlist.Config {
 	default:
 		mc = memberlist.DefaultLANConfig()
 	}
+	// A node that comes back under its name at another address (a
+	// rescheduled pod) is admitted as soon as the old one is dead or
+	// left, rather than refused as a name conflict forever (memberlist's
+	// default). The server tells the runs apart by their boot IDs.
+	mc.DeadNodeReclaimTime = time.Nanosecond
 	if c.Tune != nil {
 		c.Tune(mc)
 	}

@@ -155,9 +155,14 @@ func (e *events) update(n *memberlist.Node, gone bool) {
 	}
 	prev := e.cur.Load().ring
 	e.rebuildLocked()
-	// Skip news that leaves the ring as it was (a meta change of a member
-	// outside it, the leave that follows a leaving announcement).
-	if next := e.cur.Load().ring; e.started && !slices.Equal(prev.Nodes(), next.Nodes()) {
+	// Skip news that leaves the ring and its members' meta as they were
+	// (a meta change of a member outside it, the leave that follows a
+	// leaving announcement). A member of the ring whose meta changed (a
+	// restart: new boot ID, maybe a new address) is news: the ring is the
+	// same, but who answers for it is not.
+	next := e.cur.Load().ring
+	metaChanged := old != nil && old.meta != m.meta && state == stateAlive && next.Has(n.Name)
+	if e.started && (metaChanged || !slices.Equal(prev.Nodes(), next.Nodes())) {
 		e.onChange(next)
 	}
 }

@@ -779,3 +779,29 @@ func checkTouchExpire(t *testing.T, c *rawConn, key string) {
 		t.Errorf("after touch %s -1 answered, get = %q: the previous owner's item was warmed back", key, v)
 	}
 }
+
+// A node that crashes and comes back under its name at another address (a
+// rescheduled pod) before failure detection is admitted at its new address
+// once the old run is declared dead, not refused as a name conflict: every
+// node ends up reading its keys through it.
+func TestCoherenceRestartAtNewAddress(t *testing.T) {
+	nodes := startCluster(t, 3, clusterOpts{})
+	nodes[2].stop(t, false) // crash, and back before failure detection
+	nodes[2] = startNode(t, "node2", nodes[:2], clusterOpts{})
+	keys := keyRange("c9k", 30)
+	w := dialRaw(t, nodes[2].addr)
+	readers := []*rawConn{dialRaw(t, nodes[0].addr), dialRaw(t, nodes[1].addr), w}
+	waitFor(t, func() bool {
+		for _, k := range keys {
+			rawSet(t, w, k, "v-"+k, 0)
+		}
+		for _, r := range readers {
+			for _, k := range keys {
+				if v, ok := rawGetValue(t, r, k); !ok || v != "v-"+k {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
