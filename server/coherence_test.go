@@ -39,13 +39,18 @@ const (
 type coherenceLoad struct {
 	warm, after time.Duration // load before and after the membership change
 	maxOps      int           // per client, a bound besides the time
+	pace        time.Duration // if set, each client sends at most one op per pace
 	checkBudget time.Duration // porcupine's time for one scenario
 }
 
 func coherenceLoadFor() coherenceLoad {
 	switch {
 	case os.Getenv("SPILLWAY_COHERENCE") == "long":
-		return coherenceLoad{warm: 4 * time.Second, after: 8 * time.Second, maxOps: 200000, checkBudget: 60 * time.Second}
+		// The pace keeps a key's history to some thousands of operations:
+		// with the unknown outcomes of a crash, porcupine's search grows
+		// fast with the length of a history.
+		return coherenceLoad{warm: 4 * time.Second, after: 8 * time.Second, maxOps: 60000,
+			pace: time.Millisecond, checkBudget: 100 * time.Second}
 	case raceEnabled:
 		return coherenceLoad{warm: 300 * time.Millisecond, after: 700 * time.Millisecond, maxOps: 3000, checkBudget: 30 * time.Second}
 	default:
@@ -153,13 +158,26 @@ type loadGen struct {
 	ops    [loadClients]int // per client, read after wg.Wait
 }
 
-func (g *loadGen) start(maxOps int, maxTime time.Duration) {
+func (g *loadGen) start(maxOps int, maxTime, pace time.Duration) {
 	g.stop = make(chan struct{})
 	deadline := time.Now().Add(maxTime)
 	for c := range loadClients {
 		r := rand.New(rand.NewPCG(9, uint64(c)))
 		g.wg.Go(func() {
+			var tick <-chan time.Time
+			if pace > 0 {
+				tk := time.NewTicker(pace)
+				defer tk.Stop()
+				tick = tk.C
+			}
 			for i := 0; i < maxOps && time.Now().Before(deadline); i++ {
+				if tick != nil {
+					select {
+					case <-g.stop:
+						return
+					case <-tick:
+					}
+				}
 				select {
 				case <-g.stop:
 					return
@@ -457,7 +475,7 @@ func runCoherence(t *testing.T, sc coherenceScenario, eps float64, load coherenc
 		cr.pool.add(t, nd.srv.cl.self, nd.addr)
 	}
 	cr.gen = &loadGen{h: newHistory(), pool: cr.pool, origin: vo, flush: sc.flush}
-	cr.gen.start(load.maxOps, 20*(load.warm+load.after)+30*time.Second)
+	cr.gen.start(load.maxOps, 20*(load.warm+load.after)+30*time.Second, load.pace)
 	func() {
 		defer cr.gen.halt() // also when the scenario fails
 		sc.run(cr)
