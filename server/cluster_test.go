@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,9 @@ type clusterOpts struct {
 	// tune, if set, adjusts each node's Config before it starts (any
 	// ClusterConfig field, including test hooks such as viewGate).
 	tune func(name string, cfg *Config)
+	// clientAddr and peerAddr, if set, are where the node listens (a
+	// restart under the same addresses); "" picks a free loopback port.
+	clientAddr, peerAddr string
 }
 
 // startCluster starts n nodes that gossip over 127.0.0.1 and waits until
@@ -56,11 +60,11 @@ func startCluster(t testing.TB, n int, o clusterOpts) []*testNode {
 
 func startNode(t testing.TB, name string, seeds []*testNode, o clusterOpts) *testNode {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", cmp.Or(o.clientAddr, "127.0.0.1:0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pln, err := net.Listen("tcp", "127.0.0.1:0")
+	pln, err := net.Listen("tcp", cmp.Or(o.peerAddr, "127.0.0.1:0"))
 	if err != nil {
 		t.Fatal(err)
 	}
