@@ -111,7 +111,7 @@ type cluster struct {
 	// ring and the hand-off state, swapped as one on every change.
 	view atomic.Pointer[view]
 	// hist is the views so far, for the owned store's Valid hook.
-	hist atomic.Pointer[history]
+	hist atomic.Pointer[viewHistory]
 	// keys is the ownership lock (see ownership.go).
 	keys keyLocks
 
@@ -539,7 +539,7 @@ func (cl *cluster) leave() {
 	cl.installLocked()
 }
 
-// valid is the owned store's Valid hook (see history.valid).
+// valid is the owned store's Valid hook (see viewHistory.valid).
 func (cl *cluster) valid(key string, seq uint64) bool {
 	h := cl.hist.Load()
 	if h == nil {

@@ -83,13 +83,13 @@ type epoch struct {
 	at   time.Time  // when it was installed
 }
 
-// history is an immutable list of epochs, oldest first.
-type history struct {
+// viewHistory is an immutable list of epochs, oldest first.
+type viewHistory struct {
 	epochs []epoch
 }
 
 // push returns h with e appended, dropping the oldest past maxEpochs.
-func (h *history) push(e epoch) *history {
+func (h *viewHistory) push(e epoch) *viewHistory {
 	var es []epoch
 	if h != nil {
 		es = h.epochs
@@ -97,7 +97,7 @@ func (h *history) push(e epoch) *history {
 	if len(es) >= maxEpochs {
 		es = es[len(es)-maxEpochs+1:]
 	}
-	return &history{epochs: append(es[:len(es):len(es)], e)}
+	return &viewHistory{epochs: append(es[:len(es):len(es)], e)}
 }
 
 // valid reports whether an item of key written at store sequence seq may
@@ -105,7 +105,7 @@ func (h *history) push(e epoch) *history {
 // written, or owned and then lost less than grace ago (for the new owner's
 // warm reads only; serving clients also needs ownership now, which the
 // caller checks).
-func (h *history) valid(key string, seq uint64, self string, now time.Time, grace time.Duration) bool {
+func (h *viewHistory) valid(key string, seq uint64, self string, now time.Time, grace time.Duration) bool {
 	es := h.epochs
 	last := len(es) - 1
 	if seq > es[last].seq {
