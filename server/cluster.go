@@ -432,20 +432,28 @@ func (cl *cluster) installLocked() {
 		}
 		nv.clients[n.ID] = newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.fetchTimeout, cl.cfg.PeerMaxIdle, cl.srv.cfg.MaxItemSize)
 	}
-	switch {
-	case old.ring.Len() > 0:
-		nv.prev = old.ring
-		nv.until = now.Add(cl.cfg.OwnerGrace)
-	case r.Len() > 1:
-		// A node joining a running cluster: the keys it now owns were
-		// owned by the others, as in the ring without it.
-		nv.prev = r.Without(cl.self)
-		nv.until = now.Add(cl.cfg.OwnerGrace)
-	}
-	if cl.settled == nil && nv.prev != nil {
-		cl.settled = nv.prev
-	}
+	// base is the ring whose owners last held the keys for sure: the last
+	// one whose hand-off completed or, on a node that never completed one
+	// (it is joining), the ring of the others. The keys this node gains
+	// are warmed from their owners in it, for the owner grace: a view
+	// installed while a hand-off is under way does not move it, since its
+	// owners never served.
 	nv.base = cl.settled
+	if nv.base == nil && r.Len() > 1 {
+		nv.base = r.Without(cl.self)
+	}
+	switch {
+	case cl.settled == nil || isClosed(old.done):
+		nv.prev = nv.base
+		if old.ring.Len() > 0 && cl.settled != nil {
+			nv.prev = old.ring
+		}
+	default:
+		nv.prev = old.prev
+	}
+	if nv.prev != nil {
+		nv.until = now.Add(cl.cfg.OwnerGrace)
+	}
 
 	cl.keys.lockAll()
 	cl.hist.Store(cl.hist.Load().push(epoch{seq: cl.srv.store.Seq(), ring: r, at: now}))
@@ -466,6 +474,15 @@ func (cl *cluster) installLocked() {
 	}
 	cl.tasks.Add(1)
 	go cl.settle(nv)
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // gains reports whether a node owns keys in r that it did not own in base:

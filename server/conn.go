@@ -46,6 +46,10 @@ type conn struct {
 	// keyLock is the ownership lock of the key the request being handled
 	// writes, held from claimWrite until the write is stored.
 	keyLock *sync.RWMutex
+	// prevRound and endRound are the write round claimWrite opened (see
+	// holders.begin): the round before it, and the round's end.
+	prevRound <-chan struct{}
+	endRound  func()
 }
 
 func newConn(s *Server, nc net.Conn) *conn {

@@ -152,6 +152,7 @@ func (c *conn) holdKey(key string, needValue bool) (owner string, held bool) {
 			continue
 		}
 		c.keyLock = lock
+		c.prevRound, c.endRound = cl.holders.begin(key)
 		s.gens.bump(key)
 		s.flights.Forget(key)
 		return cl.self, true
@@ -163,11 +164,25 @@ func (c *conn) holdKey(key string, needValue bool) (owner string, held bool) {
 // owner: the client may retry.
 var errHandoff = errors.New("key is changing owner; retry")
 
-// releaseWrite ends claimWrite's hold on the key's ownership.
+// releaseWrite ends claimWrite's hold on the key's ownership, and the
+// write's round (see holders.begin) if written did not: a write that
+// changed nothing still waits for the round before it.
 func (c *conn) releaseWrite() {
 	if c.keyLock != nil {
 		c.keyLock.RUnlock()
 		c.keyLock = nil
+	}
+	if c.endRound != nil {
+		if c.prevRound != nil {
+			t := time.NewTimer(c.srv.cl.cfg.InvalidateTimeout)
+			select {
+			case <-c.prevRound:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		c.endRound()
+		c.endRound, c.prevRound = nil, nil
 	}
 }
 
@@ -245,10 +260,21 @@ func (c *conn) flushAll(req *protocol.Request) {
 // It ends claimWrite's hold on the key's ownership first: the write is
 // stored, and invalidating waits on other nodes.
 func (c *conn) written(key []byte) {
-	c.releaseWrite()
-	if c.srv.cl != nil {
-		c.srv.invalidate(string(key))
+	if c.keyLock != nil {
+		c.keyLock.RUnlock()
+		c.keyLock = nil
 	}
+	if c.srv.cl == nil {
+		return
+	}
+	prev, end := c.prevRound, c.endRound
+	if end == nil {
+		// Not claimed (a peer's gat on this node): a round of its own.
+		prev, end = c.srv.cl.holders.begin(string(key))
+	}
+	c.endRound, c.prevRound = nil, nil
+	c.srv.invalidate(string(key), prev)
+	end()
 }
 
 // reply writes a status unless the client asked for no reply.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,6 +13,14 @@ type holders struct {
 	mu sync.Mutex
 	m  map[string][]holder // guarded by mu
 	n  int                 // guarded by mu: entries added since the last sweep
+	// rounds holds, per key, the latest write under way at this owner,
+	// closed when the write and its invalidations are over and every
+	// earlier round of the key is too. While one is open, reads of the
+	// key here wait for it (await): a reader here must not see the new
+	// value while a holder may still serve the old one, or two reads in a
+	// row could see new, then old.
+	rounds map[string]chan struct{} // guarded by mu
+	open   atomic.Int64             // len(rounds), read without mu
 }
 
 type holder struct {
@@ -67,6 +76,52 @@ func (h *holders) take(key string, now time.Time, ttl time.Duration) []uint64 {
 		}
 	}
 	return out
+}
+
+// begin opens a write round of key: until end is called, reads of key
+// here wait (await). prev is the round before it, still open, or nil; end
+// must not be called before prev is closed (or given up on).
+func (h *holders) begin(key string) (prev <-chan struct{}, end func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rounds == nil {
+		h.rounds = make(map[string]chan struct{})
+	}
+	if ch, ok := h.rounds[key]; ok {
+		prev = ch
+	}
+	ch := make(chan struct{})
+	h.rounds[key] = ch
+	h.open.Store(int64(len(h.rounds)))
+	return prev, func() {
+		h.mu.Lock()
+		if h.rounds[key] == ch {
+			delete(h.rounds, key)
+			h.open.Store(int64(len(h.rounds)))
+		}
+		h.mu.Unlock()
+		close(ch)
+	}
+}
+
+// await waits until no write round of key is open, or timeout passed. It
+// costs one atomic load while no round is open anywhere.
+func (h *holders) await(key string, timeout time.Duration) {
+	if h.open.Load() == 0 {
+		return
+	}
+	h.mu.Lock()
+	ch := h.rounds[key]
+	h.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
 }
 
 func (h *holders) sweepLocked(now time.Time, ttl time.Duration) {

@@ -43,6 +43,7 @@ func (s *Server) localGet(key string) (store.Item, bool) {
 		return s.store.Get(key)
 	}
 	if s.cl.owns(s.cl.view.Load(), key) {
+		s.cl.holders.await(key, s.cl.cfg.InvalidateTimeout)
 		if it, ok := s.store.Get(key); ok {
 			return it, true
 		}
@@ -312,7 +313,8 @@ func (s *Server) keepOwned(r readResult, v *view, gen uint64) readResult {
 }
 
 // fillForPeer serves a read-through from a node the key spilled to: from
-// the store, or from the origin, while this node owns the key. It never
+// the store, or filled as any owned key is (previous owner, then origin),
+// while this node owns the key. It never
 // asks another peer, so read-throughs cannot chain; a node that does not
 // own the key answers a miss, and the asking node keeps no copy.
 func (s *Server) fillForPeer(key string) readResult {
@@ -320,6 +322,7 @@ func (s *Server) fillForPeer(key string) readResult {
 	if !s.cl.owns(v, key) {
 		return readResult{}
 	}
+	s.cl.holders.await(key, s.cl.cfg.InvalidateTimeout)
 	if it, ok := s.store.Get(key); ok {
 		return readResult{it, true}
 	}
@@ -331,7 +334,7 @@ func (s *Server) fillForPeer(key string) readResult {
 		if it, ok := s.store.Get(key); ok {
 			return flight{readResult{it, true}, gen}, nil
 		}
-		return flight{s.keepOwned(s.loadOrigin(key), v, gen), gen}, nil
+		return flight{s.fillOwned(key, v, s.cfg.Now(), gen), gen}, nil
 	})
 	s.countMerged(shared, led)
 	f := res.(flight)
@@ -445,18 +448,18 @@ func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool) 
 	return reply, value, err
 }
 
-// invalidate drops the copies other nodes hold of key, after a write here.
-// It waits at most InvalidateTimeout; a holder that has not answered by
-// then (or failed) is counted and logged as a lost invalidation: its copy
-// may be served until the copy TTL.
-func (s *Server) invalidate(key string) {
-	if s.cl == nil {
-		return
-	}
+// invalidate drops the copies other nodes hold of key, after a write here
+// (in the write's round, see holders.begin: prev is the round before it,
+// which must be over too before the write answers, since it took the
+// holders this one would otherwise have found). It waits at most
+// InvalidateTimeout; a holder that has not answered by then (or failed)
+// is counted and logged as a lost invalidation: its copy may be served
+// until the copy TTL.
+func (s *Server) invalidate(key string, prev <-chan struct{}) {
 	s.dropCopy(key)
 	now := s.cfg.Now()
 	nodes := s.cl.holders.take(key, now, s.cl.cfg.CopyTTL)
-	if len(nodes) == 0 {
+	if len(nodes) == 0 && prev == nil {
 		return
 	}
 	v := s.cl.view.Load()
@@ -465,7 +468,7 @@ func (s *Server) invalidate(key string) {
 		node string
 		err  error
 	}
-	done := make(chan answer, len(nodes))
+	answers := make(chan answer, len(nodes))
 	pending := make(map[string]bool, len(nodes))
 	for _, h := range nodes {
 		id := v.byHash[h]
@@ -479,20 +482,23 @@ func (s *Server) invalidate(key string) {
 		s.counters.invalidations.Add(1)
 		go func() {
 			_, _, err := pc.exchange(line, nil)
-			done <- answer{id, err}
+			answers <- answer{id, err}
 		}()
 	}
 	timer := time.NewTimer(s.cl.cfg.InvalidateTimeout)
 	defer timer.Stop()
-	for len(pending) > 0 {
+	for len(pending) > 0 || prev != nil {
 		select {
-		case a := <-done:
+		case <-prev:
+			prev = nil
+		case a := <-answers:
 			delete(pending, a.node)
 			if a.err != nil {
 				s.counters.peerErrors.Add(1)
 				s.lostInvalidation(key, a.node, a.err)
 			}
 		case <-timer.C:
+			// An earlier round counts its own losses.
 			for id := range pending {
 				s.lostInvalidation(key, id, errInvalidateTimeout)
 			}
