@@ -51,6 +51,7 @@ type serveFlags struct {
 	copyTTL       time.Duration
 	peerTimeout   time.Duration
 	ownerGrace    time.Duration
+	invalidate    time.Duration
 	origin        string
 	originTimeout time.Duration
 	originConc    int
@@ -83,6 +84,7 @@ func (f *serveFlags) options() []option {
 		{"", "copy-ttl", &durationValue{&f.copyTTL}, "how long a copy lives at most (bounds staleness when an invalidation is lost)"},
 		{"", "peer-timeout", &durationValue{&f.peerTimeout}, "timeout of each request to another node"},
 		{"", "owner-grace", &durationValue{&f.ownerGrace}, "after a membership change, how long new owners read misses through from previous owners"},
+		{"", "invalidate-timeout", &durationValue{&f.invalidate}, "how long a write waits for copies elsewhere to be dropped before it answers (a copy not dropped by then lives until --copy-ttl)"},
 		{"", "origin", &stringValue{&f.origin}, "read-through origin: http://host:port/path/{key} or file:///dir"},
 		{"", "origin-timeout", &durationValue{&f.originTimeout}, "timeout of one origin load"},
 		{"", "origin-concurrency", &intValue{&f.originConc}, "most origin loads at once from this node"},
@@ -107,6 +109,7 @@ func defaultServeFlags() serveFlags {
 		copyTTL:         server.DefaultCopyTTL,
 		peerTimeout:     server.DefaultPeerTimeout,
 		ownerGrace:      server.DefaultOwnerGrace,
+		invalidate:      server.DefaultInvalidateTimeout,
 		originTimeout:   server.DefaultOriginTimeout,
 		originConc:      server.DefaultOriginConcurrency,
 	}
@@ -304,6 +307,8 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 		CopyTTL:      f.copyTTL,
 		PeerTimeout:  f.peerTimeout,
 		OwnerGrace:   f.ownerGrace,
+
+		InvalidateTimeout: f.invalidate,
 	}, nil
 }
 
