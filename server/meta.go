@@ -30,9 +30,11 @@ func (c *conn) metaGet(req *protocol.Request) {
 	var ok, routed bool
 	if c.peer {
 		it, ok, routed = c.peerRead(req)
-	} else if c.srv.routed() && !touch && !m.Flags.Has('N') && !c.owns(key) {
+	} else if c.srv.routed() && c.keyLock == nil && !touch && !m.Flags.Has('N') && !c.owns(key) {
 		// Not in the owned store (where stale items and win tokens
-		// live): a plain read, routed like a get.
+		// live): a plain read, routed like a get. (Not a claimed write:
+		// mg R at the owner holds the key's ownership lock, which a
+		// fill would take again.)
 		var res [1]readResult
 		c.readKeys([][]byte{req.Key}, res[:])
 		it, ok, routed = res[0].it, res[0].found, true
