@@ -357,6 +357,7 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 // route differently. mu held.
 func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers.Meta) {
 	metas := make(map[string]peers.Meta)
+	gossipBoot := make(map[string]string)
 	var nodes []ring.Node
 	if cl.gossip != nil {
 		for _, n := range cl.gossip.Nodes() {
@@ -381,16 +382,25 @@ func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers
 				cl.warned["cas:"+n.ID] = true
 				cl.log.Warn("member's name hashes to this node's CAS unique bits; rename one", "member", n.ID)
 			}
+			gossipBoot[n.ID] = m.Boot
+			if f, ok := cl.fenced[n.ID]; ok && f.meta.Boot != m.Boot && now.Sub(f.at) <= cl.cfg.FenceTTL {
+				// The member restarted and told this node so before
+				// gossip did: its own word has its new address.
+				m = f.meta
+			}
 			metas[n.ID] = m
 			nodes = append(nodes, n)
 		}
 	}
 	for id, f := range cl.fenced {
-		_, inGossip := metas[id]
+		gb, inGossip := gossipBoot[id]
 		b, gone := cl.gone[id]
-		if inGossip || (gone && b == f.meta.Boot) || now.Sub(f.at) > cl.cfg.FenceTTL {
+		if (inGossip && gb == f.meta.Boot) || (gone && b == f.meta.Boot) || now.Sub(f.at) > cl.cfg.FenceTTL {
 			delete(cl.fenced, id)
 			continue
+		}
+		if inGossip {
+			continue // in the ring already, with the fence's meta
 		}
 		metas[id] = f.meta
 		nodes = append(nodes, ring.Node{ID: id, Weight: f.meta.Weight})
