@@ -1,0 +1,228 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Fills: what a node does when a read misses everything it holds. Every
+// fill remembers the key's generation when it starts (fillGens) and keeps
+// its result only if no write, delete, touch, invalidation or flush of the
+// key came in since; a reader that joins a fill started before such a
+// write it may have seen acknowledged takes a miss instead.
+
+// fill serves a key this node does not hold, once per key at a time.
+func (s *Server) fill(key string) readResult { return s.fillAvoiding(key, "") }
+
+// flight is what a fill hands its followers: the result, and the key's
+// generation when the fill started.
+type flight struct {
+	res readResult
+	gen uint64
+}
+
+// fillAvoiding is fill for a read whose request has just seen the node bad
+// fail: it does not ask that node again, so a dead peer costs one timeout
+// per request rather than one per key.
+func (s *Server) fillAvoiding(key, bad string) readResult {
+	led := false
+	joined := s.gens.current(key)
+	s.filling.Add(1)
+	defer s.filling.Add(-1)
+	v, _, shared := s.flights.Do(key, func() (any, error) {
+		led = true
+		gen := s.gens.current(key)
+		// Another flight may have filled the key between our miss and
+		// this flight starting: look again before going further.
+		if it, ok := s.localGet(key); ok {
+			return flight{readResult{it, true}, gen}, nil
+		}
+		return flight{s.fillFrom(key, bad, gen), gen}, nil
+	})
+	s.countMerged(shared, led)
+	f := v.(flight)
+	if f.gen < joined {
+		// The fill started before a write this reader may have seen
+		// acknowledged: what it fetched may be older than that write.
+		return readResult{}
+	}
+	return f.res
+}
+
+// fillFrom fetches key for a fill that started at generation gen: as its
+// owner, or from its owner as a copy.
+func (s *Server) fillFrom(key, bad string, gen uint64) readResult {
+	if s.cl == nil {
+		return s.keepOwned(s.loadOrigin(key), nil, gen)
+	}
+	now := s.cfg.Now()
+	v := s.cl.view.Load()
+	owner := v.ring.Owner(key)
+	if owner == s.cl.self || owner == "" {
+		if !s.cl.owns(v, key) {
+			return readResult{} // hand-off under way: not ours to fill yet
+		}
+		return s.fillOwned(key, v, now, gen)
+	}
+	s.counters.spilledServed.Add(1)
+	if pc := v.clients[owner]; pc != nil && owner != bad {
+		res, err := pc.fetch([]string{key}, s.cl.tag(tagFetch), now)
+		s.counters.peerFetches.Add(1)
+		if err == nil {
+			if res[0].found {
+				s.putCopy(res[0].item, now, gen)
+			}
+			return readResult{res[0].item, res[0].found}
+		}
+		s.counters.peerErrors.Add(1)
+		s.cfg.Logger.Debug("read-through failed; trying the origin", "key", key, "owner", owner, "err", err)
+	}
+	// The owner could not be asked: serve the origin's value to this read,
+	// but keep no copy, since no owner would invalidate it.
+	r := s.loadOrigin(key)
+	r.it.CAS = 0
+	return r
+}
+
+// countMerged counts a read that waited for another read's fill. Only the
+// flight's leader runs the function, so "shared and did not lead" is a
+// follower.
+func (s *Server) countMerged(shared, led bool) {
+	if shared && !led {
+		s.counters.merged.Add(1)
+	}
+}
+
+// fillOwned fills a key this node owns: from its previous owner during the
+// grace period after a membership change, then from the origin.
+func (s *Server) fillOwned(key string, v *view, now time.Time, gen uint64) readResult {
+	if prev := v.previousOwner(key, s.cl.self, now); prev != "" {
+		if pc := v.clients[prev]; pc != nil {
+			res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
+			s.counters.peerFetches.Add(1)
+			if err == nil && res[0].found {
+				return s.keepOwned(readResult{res[0].item, true}, v, gen)
+			}
+		}
+	}
+	return s.keepOwned(s.loadOrigin(key), v, gen)
+}
+
+// settleMoved prepares a write to a key that moved to this node in view
+// v's change (within the owner grace). If the write needs the current
+// value (all but set) and the key is not here yet, it is read from its
+// previous owner first, so that incr, append, cas, add, touch and the rest
+// act on it rather than on nothing; and every write clears the previous
+// owner's item, so that no later warm read brings back an older value.
+func (s *Server) settleMoved(v *view, key string, needValue bool) {
+	now := s.cfg.Now()
+	prev := v.previousOwner(key, s.cl.self, now)
+	if prev == "" {
+		return
+	}
+	pc := v.clients[prev]
+	if pc == nil {
+		return
+	}
+	if _, ok := s.store.Peek(key); needValue && !ok {
+		gen := s.gens.current(key)
+		res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
+		s.counters.peerFetches.Add(1)
+		if err == nil && res[0].found {
+			s.keepOwned(readResult{res[0].item, true}, v, gen)
+		}
+	}
+	if _, _, err := pc.exchange(mdLine(key, " O"+s.cl.tag(tagWarm)), nil); err != nil {
+		s.counters.peerErrors.Add(1)
+	}
+}
+
+// keepOwned stores a filled item as owned, unless a client wrote, deleted,
+// touched or flushed the key since the fill started at generation gen (the
+// write wins, and the reader gets the current item or a miss), or this
+// node's view changed from v meanwhile (nil: a single node).
+func (s *Server) keepOwned(r readResult, v *view, gen uint64) readResult {
+	if !r.found {
+		return r
+	}
+	if v != nil {
+		lock := s.cl.keys.rlock(r.it.Key)
+		defer lock.RUnlock()
+		if s.cl.view.Load() != v {
+			return readResult{}
+		}
+	}
+	var err error
+	kept := s.gens.keep(r.it.Key, gen, func() {
+		var cas uint64
+		if cas, err = s.store.Add(r.it); err == nil {
+			r.it.CAS = cas
+		}
+	})
+	if kept && err == nil {
+		return r
+	}
+	cur, ok := s.store.Get(r.it.Key)
+	return readResult{cur, ok}
+}
+
+// fillForPeer serves a read-through from a node the key spilled to: from
+// the store, or filled as any owned key is (previous owner, then origin),
+// while this node owns the key. It never
+// asks another peer, so read-throughs cannot chain; a node that does not
+// own the key answers a miss, and the asking node keeps no copy.
+func (s *Server) fillForPeer(key string) readResult {
+	v := s.cl.view.Load()
+	if !s.cl.owns(v, key) {
+		return readResult{}
+	}
+	s.cl.holders.await(key, s.cl.cfg.InvalidateTimeout)
+	if it, ok := s.store.Get(key); ok {
+		return readResult{it, true}
+	}
+	led := false
+	joined := s.gens.current(key)
+	res, _, shared := s.flights.Do(key, func() (any, error) {
+		led = true
+		gen := s.gens.current(key)
+		if it, ok := s.store.Get(key); ok {
+			return flight{readResult{it, true}, gen}, nil
+		}
+		return flight{s.fillOwned(key, v, s.cfg.Now(), gen), gen}, nil
+	})
+	s.countMerged(shared, led)
+	f := res.(flight)
+	if f.gen < joined {
+		return readResult{}
+	}
+	return f.res
+}
+
+// loadOrigin loads key from the origin, with a timeout and at most
+// OriginConcurrency loads at once. The caller decides whether to keep it.
+func (s *Server) loadOrigin(key string) readResult {
+	if s.origin == nil {
+		return readResult{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OriginTimeout)
+	defer cancel()
+	select {
+	case s.originSem <- struct{}{}:
+	case <-ctx.Done():
+		s.counters.originErrors.Add(1)
+		return readResult{}
+	}
+	s.counters.originFetches.Add(1)
+	it, err := s.origin.Load(ctx, key)
+	<-s.originSem
+	if err != nil {
+		if !errors.Is(err, ErrOriginMiss) {
+			s.counters.originErrors.Add(1)
+			s.cfg.Logger.Warn("origin load failed", "key", key, "err", err)
+		}
+		return readResult{}
+	}
+	it.Key = key
+	return readResult{it, true}
+}

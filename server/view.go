@@ -1,0 +1,342 @@
+package server
+
+import (
+	"slices"
+	"time"
+
+	"spillway/peers"
+	"spillway/ring"
+)
+
+// A node's view of the membership: the ring it routes by (gossip's
+// members, those known from fences, less itself while it leaves), the
+// history of views that decides which stored items it may serve
+// (ownership.go), and the hand-off state of the keys it gained (fence.go).
+// Views are installed one at a time, under cl.mu, by the applier goroutine
+// (rings from gossip), by fences and by leave.
+
+// fenceRecord is a member known from a fence rather than from gossip.
+type fenceRecord struct {
+	meta peers.Meta
+	at   time.Time
+}
+
+// view is an immutable snapshot of the membership.
+type view struct {
+	ring    *ring.Ring
+	clients map[string]*peerClient // by node ID, self excluded
+	byHash  map[uint64]string      // node ID by idHash, for copy holders
+	// prev is the ring before the last change, and until is when its
+	// owners stop being asked for keys that moved.
+	prev  *ring.Ring
+	until time.Time
+	// base is the last ring whose hand-off completed; done is closed
+	// when this view's hand-off completes (at once if it gained nothing).
+	base *ring.Ring
+	done chan struct{}
+}
+
+// onChange hands a ring learned from gossip to the applier. memberlist
+// calls it under its own lock, so it never blocks: a ring not yet
+// installed is replaced by the newer one.
+func (cl *cluster) onChange(r *ring.Ring) {
+	for {
+		select {
+		case cl.next <- r:
+			return
+		default:
+		}
+		select {
+		case <-cl.next:
+		default:
+		}
+	}
+}
+
+// apply installs the rings onChange hands over, one at a time, and lets
+// fences that gossip never confirmed lapse, until close.
+func (cl *cluster) apply() {
+	defer cl.tasks.Done()
+	tick := time.NewTicker(max(cl.cfg.FenceTTL/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-cl.stop:
+			return
+		case <-tick.C:
+			cl.mu.Lock()
+			cl.installLocked()
+			cl.mu.Unlock()
+		case r := <-cl.next:
+			if cl.cfg.viewGate != nil {
+				ids := make([]string, 0, r.Len())
+				for _, n := range r.Nodes() {
+					ids = append(ids, n.ID)
+				}
+				cl.cfg.viewGate(ids)
+			}
+			cl.tellReturning(r)
+			cl.mu.Lock()
+			cl.gossip = r
+			cl.installLocked()
+			cl.mu.Unlock()
+		}
+	}
+}
+
+// tellReturning warns each member that comes back into the ring under the
+// boot ID it had when this node saw it go (so it was declared dead, not
+// restarted) that it was: it then drops what it owned, which the others
+// may have overwritten meanwhile. It is told before this node routes to it
+// again; an unreachable one is still partitioned and is told nothing.
+func (cl *cluster) tellReturning(r *ring.Ring) {
+	cl.mu.Lock()
+	if old := cl.gossip; old != nil {
+		for _, n := range old.Nodes() {
+			if !r.Has(n.ID) && n.ID != cl.self {
+				cl.gone[n.ID] = cl.boots[n.ID]
+			}
+		}
+	}
+	var back []peers.Meta
+	for _, n := range r.Nodes() {
+		b, wasGone := cl.gone[n.ID]
+		if !wasGone {
+			continue
+		}
+		delete(cl.gone, n.ID)
+		if m, ok := cl.peers.Meta(n.ID); ok && m.Boot != "" && m.Boot == b {
+			back = append(back, m)
+		}
+	}
+	cl.mu.Unlock()
+	for _, m := range back {
+		pc := newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.cfg.PeerTimeout, 1, cl.srv.cfg.MaxItemSize)
+		_, err := pc.control(cl.tag(tagControl), "dead", []byte(m.Boot))
+		pc.close()
+		cl.log.Info("told a member that comes back that it was declared dead", "member", m.Peer, "err", err)
+	}
+}
+
+// effective returns the members this node routes to: gossip's, those
+// known from fences, less this node while it leaves, less members that
+// route differently. mu held.
+func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers.Meta) {
+	metas := make(map[string]peers.Meta)
+	gossipBoot := make(map[string]string)
+	var nodes []ring.Node
+	if cl.gossip != nil {
+		for _, n := range cl.gossip.Nodes() {
+			if n.ID == cl.self {
+				if !cl.leaving {
+					nodes = append(nodes, n)
+				}
+				continue
+			}
+			m, ok := cl.peers.Meta(n.ID)
+			if !ok {
+				continue
+			}
+			if ok, why := cl.compatible(m); !ok {
+				if !cl.warned[n.ID] {
+					cl.warned[n.ID] = true
+					cl.log.Error("member routes differently; keeping it out of this node's ring", "member", n.ID, "reason", why)
+				}
+				continue
+			}
+			if uniqueNode(n.ID) == uniqueNode(cl.self) && !cl.warned["cas:"+n.ID] {
+				cl.warned["cas:"+n.ID] = true
+				cl.log.Warn("member's name hashes to this node's CAS unique bits; rename one", "member", n.ID)
+			}
+			gossipBoot[n.ID] = m.Boot
+			if f, ok := cl.fenced[n.ID]; ok && f.meta.Boot != m.Boot && now.Sub(f.at) <= cl.cfg.FenceTTL {
+				// The member restarted and told this node so before
+				// gossip did: its own word has its new address.
+				m = f.meta
+			}
+			metas[n.ID] = m
+			nodes = append(nodes, n)
+		}
+	}
+	for id, f := range cl.fenced {
+		gb, inGossip := gossipBoot[id]
+		b, gone := cl.gone[id]
+		if (inGossip && gb == f.meta.Boot) || (gone && b == f.meta.Boot) || now.Sub(f.at) > cl.cfg.FenceTTL {
+			delete(cl.fenced, id)
+			continue
+		}
+		if inGossip {
+			continue // in the ring already, with the fence's meta
+		}
+		metas[id] = f.meta
+		nodes = append(nodes, ring.Node{ID: id, Weight: f.meta.Weight})
+	}
+	return nodes, metas
+}
+
+// installLocked recomputes this node's view and installs it if it
+// changed (mu held). Installing waits for writes under way (keyLocks), so
+// that none of them stores under the old view once the new one is in
+// place; then it drops every copy, since copies are only as good as the
+// ownership they were read under; and if this node gained keys, it fences
+// their previous owners (settle) before it serves them.
+func (cl *cluster) installLocked() {
+	now := cl.srv.cfg.Now()
+	nodes, metas := cl.effectiveLocked(now)
+	r := ring.New(nodes, ring.Config{VNodes: cl.cfg.Peers.VNodes})
+	old := cl.view.Load()
+	restarted := false
+	for id, m := range metas {
+		if b, ok := cl.boots[id]; ok && b != m.Boot {
+			restarted = true
+		}
+		cl.boots[id] = m.Boot
+	}
+	if cl.hist.Load() != nil && sameMembers(old.ring, r) && !restarted {
+		return
+	}
+	nv := &view{ring: r, clients: make(map[string]*peerClient), byHash: make(map[uint64]string), done: make(chan struct{})}
+	for _, n := range r.Nodes() {
+		nv.byHash[idHash(n.ID)] = n.ID
+		if n.ID == cl.self {
+			continue
+		}
+		m := metas[n.ID]
+		if pc, ok := old.clients[n.ID]; ok && pc.addr == m.Peer {
+			nv.clients[n.ID] = pc
+			continue
+		}
+		nv.clients[n.ID] = newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.fetchTimeout, cl.cfg.PeerMaxIdle, cl.srv.cfg.MaxItemSize)
+	}
+	// base is the ring whose owners last held the keys for sure: the last
+	// one whose hand-off completed or, on a node that never completed one
+	// (it is joining), the ring of the others. The keys this node gains
+	// are warmed from their owners in it, for the owner grace: a view
+	// installed while a hand-off is under way does not move it, since its
+	// owners never served.
+	nv.base = cl.settled
+	if nv.base == nil && r.Len() > 1 {
+		nv.base = r.Without(cl.self)
+	}
+	switch {
+	case cl.settled == nil || isClosed(old.done):
+		nv.prev = nv.base
+		if old.ring.Len() > 0 && cl.settled != nil {
+			nv.prev = old.ring
+		}
+	default:
+		nv.prev = old.prev
+	}
+	if nv.prev != nil {
+		nv.until = now.Add(cl.cfg.OwnerGrace)
+	}
+
+	cl.keys.lockAll()
+	cl.hist.Store(cl.hist.Load().push(epoch{seq: cl.srv.store.Seq(), ring: r, at: now}))
+	cl.picker.Swap(r)
+	cl.view.Store(nv)
+	cl.keys.unlockAll()
+	cl.dropCopies()
+
+	for id, pc := range old.clients {
+		if nv.clients[id] != pc {
+			pc.close()
+		}
+	}
+	if nv.base == nil || !gains(nv.base, r, cl.self) {
+		cl.settled = r
+		close(nv.done)
+		return
+	}
+	cl.tasks.Add(1)
+	go cl.settle(nv)
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// gains reports whether a node owns keys in r that it did not own in base:
+// it is new, or a member of base left or changed weight (a member that
+// joins only takes keys away).
+func gains(base, r *ring.Ring, self string) bool {
+	if !base.Has(self) {
+		return r.Has(self)
+	}
+	for _, n := range base.Nodes() {
+		if w, ok := r.Weight(n.ID); !ok || w != n.Weight {
+			return true
+		}
+	}
+	return false
+}
+
+func sameMembers(a, b *ring.Ring) bool {
+	return slices.Equal(a.Nodes(), b.Nodes())
+}
+
+// previousOwner returns the node that owned key before the last membership
+// change, if that was recent and it was another node.
+func (v *view) previousOwner(key, self string, now time.Time) string {
+	if v.prev == nil || now.After(v.until) {
+		return ""
+	}
+	prev := v.prev.Owner(key)
+	if prev == self || prev == v.ring.Owner(key) {
+		return ""
+	}
+	return prev
+}
+
+// owns reports whether this node owns key in v and may act as its owner:
+// the hand-off of a key it gained is complete.
+func (cl *cluster) owns(v *view, key string) bool {
+	if v.ring.Owner(key) != cl.self {
+		return false
+	}
+	select {
+	case <-v.done:
+		return true
+	default:
+		return v.base.Owner(key) == cl.self
+	}
+}
+
+// awaitOwnership returns the current view once key's hand-off in it is
+// complete or has taken PeerTimeout; the caller checks owns again.
+func (cl *cluster) awaitOwnership(key string) *view {
+	v := cl.view.Load()
+	if v.ring.Owner(key) != cl.self || cl.owns(v, key) {
+		return v
+	}
+	t := time.NewTimer(cl.cfg.PeerTimeout)
+	defer t.Stop()
+	select {
+	case <-v.done:
+	case <-t.C:
+	}
+	return cl.view.Load()
+}
+
+// leave makes this node own nothing, at once: it refuses writes and
+// routes every read to the others, before it tells them it is going.
+func (cl *cluster) leave() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.leaving = true
+	cl.installLocked()
+}
+
+// valid is the owned store's Valid hook (see viewHistory.valid).
+func (cl *cluster) valid(key string, seq uint64) bool {
+	h := cl.hist.Load()
+	if h == nil {
+		return true
+	}
+	return h.valid(key, seq, cl.self, cl.srv.cfg.Now(), cl.cfg.OwnerGrace)
+}

@@ -1,0 +1,320 @@
+package server
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"spillway/protocol"
+)
+
+// Writes run at the key's owner (ARCHITECTURE.md, "Coherence"): a client's
+// write at another node is forwarded there; a peer's write at a node that
+// does not own the key is refused; at the owner, the key's ownership is
+// held while the write is stored, and the copies other nodes hold are
+// invalidated before it answers.
+
+// isWrite reports whether req changes its key, and so must run at the
+// key's owner: the one decision of what a write is. A plain mg is a read
+// (routed by the picker instead); mg with T, N or R writes the item's
+// TTL, creates it or hands out its refresh token. gat and gats touch
+// several keys, each at its owner (touchKey).
+func isWrite(req *protocol.Request) bool {
+	switch req.Command {
+	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend,
+		protocol.CmdPrepend, protocol.CmdCas, protocol.CmdDelete, protocol.CmdIncr,
+		protocol.CmdDecr, protocol.CmdTouch, protocol.CmdMetaSet, protocol.CmdMetaDelete,
+		protocol.CmdMetaArith:
+		return true
+	case protocol.CmdMetaGet:
+		m := &req.Meta
+		return m.Flags.Has('T') || m.Flags.Has('N') || m.Flags.Has('R')
+	}
+	return false
+}
+
+// claimWrite makes this node the one to run a write: if it owns the key
+// in its view (and the key's hand-off is complete), it settles a key that
+// just moved here, read-locks the key's ownership (released by written or
+// releaseWrite) and moves the key's generation on, and reports true.
+// Otherwise it answers the request itself and reports false: forwarded to
+// the owner from a client's connection, refused on the peer port (the
+// sender's view was stale, or this node is leaving).
+//
+// The lock is what makes the ownership check hold until the write is
+// stored: a view change waits for it, so once a new owner has been told
+// this node is not the owner any more, no write of this node's is still
+// landing.
+func (c *conn) claimWrite(req *protocol.Request, attempt int) bool {
+	s, cl := c.srv, c.srv.cl
+	owner, held := c.holdKey(string(req.Key), req.Command != protocol.CmdSet)
+	switch {
+	case held:
+		return true
+	case owner == "":
+		s.counters.refusedWrites.Add(1)
+		c.failWrite(req, errHandoff)
+	case c.peer:
+		s.counters.refusedWrites.Add(1)
+		c.w.Line(notOwnerReply + " " + owner)
+	default:
+		if next := c.forwardWrite(owner, req); next == cl.self && attempt == 0 {
+			return c.claimWrite(req, 1)
+		}
+	}
+	return false
+}
+
+// holdKey is claimWrite's part at the owner: if this node owns key, it
+// settles a key that just moved here (needValue: the write reads the
+// current value), read-locks the key's ownership into c.keyLock, moves the
+// key's generation on and reports held. Otherwise it returns the owner in
+// this node's view, or "" if this node owns the key but its hand-off did
+// not complete in time.
+func (c *conn) holdKey(key string, needValue bool) (owner string, held bool) {
+	s, cl := c.srv, c.srv.cl
+	for range 2 {
+		v := cl.awaitOwnership(key)
+		if owner := v.ring.Owner(key); owner != cl.self {
+			return owner, false
+		}
+		if !cl.owns(v, key) {
+			break
+		}
+		s.settleMoved(v, key, needValue)
+		lock := cl.keys.rlock(key)
+		if cl.view.Load() != v {
+			// The view changed while the key settled: look again.
+			lock.RUnlock()
+			continue
+		}
+		c.keyLock = lock
+		c.prevRound, c.endRound = cl.holders.begin(key)
+		s.gens.bump(key)
+		s.flights.Forget(key)
+		return cl.self, true
+	}
+	return "", false
+}
+
+// errHandoff is the answer to a write that arrives while its key changes
+// owner: the client may retry.
+var errHandoff = errors.New("key is changing owner; retry")
+
+// releaseWrite ends claimWrite's hold on the key's ownership, and the
+// write's round (see holders.begin) if written did not: a write that
+// changed nothing still waits for the round before it.
+func (c *conn) releaseWrite() {
+	if c.keyLock != nil {
+		c.keyLock.RUnlock()
+		c.keyLock = nil
+	}
+	if c.endRound != nil {
+		if c.prevRound != nil {
+			t := time.NewTimer(c.srv.cl.cfg.InvalidateTimeout)
+			select {
+			case <-c.prevRound:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		c.endRound()
+		c.endRound, c.prevRound = nil, nil
+	}
+}
+
+// failWrite answers a write that could not run, as a SERVER_ERROR (nothing
+// under noreply).
+func (c *conn) failWrite(req *protocol.Request, err error) {
+	if !req.Noreply {
+		c.w.Error(protocol.ServerError(strings.ReplaceAll(err.Error(), "\r\n", " ")))
+	}
+}
+
+// forwardWrite sends a client's write to the key's owner and relays the
+// answer. An owner that refuses (its view says otherwise) is retried once
+// with this node's current view, or the owner it named; forwardWrite
+// returns this node's ID when that is this node, for the caller to run the
+// write here.
+func (c *conn) forwardWrite(owner string, req *protocol.Request) (next string) {
+	s := c.srv
+	c.countForwarded(req)
+	for attempt := 0; ; attempt++ {
+		reply, value, err := c.sendWrite(owner, req)
+		named, refused := notOwner(reply)
+		if err != nil || !refused {
+			c.relayWrite(req, reply, value, err)
+			return ""
+		}
+		next = s.cl.view.Load().ring.Owner(string(req.Key))
+		if next == owner && named != "" {
+			next = named
+		}
+		if next == s.cl.self {
+			return next
+		}
+		if attempt > 0 || next == owner || next == "" {
+			c.failWrite(req, errHandoff)
+			return ""
+		}
+		owner = next
+	}
+}
+
+// written is called after a successful write of key here: copies elsewhere
+// are now stale.
+//
+// It ends claimWrite's hold on the key's ownership first: the write is
+// stored, and invalidating waits on other nodes.
+func (c *conn) written(key []byte) {
+	if c.keyLock != nil {
+		c.keyLock.RUnlock()
+		c.keyLock = nil
+	}
+	if c.srv.cl == nil {
+		return
+	}
+	prev, end := c.prevRound, c.endRound
+	if end == nil {
+		// Not claimed (a peer's gat on this node): a round of its own.
+		prev, end = c.srv.cl.holders.begin(string(key))
+	}
+	c.endRound, c.prevRound = nil, nil
+	c.srv.invalidate(string(key), prev)
+	end()
+}
+
+// forward sends a write to the key's owner and returns its reply line. The
+// entry node's own copy of the key is dropped: it is about to be stale.
+func (s *Server) forward(owner, key string, line, data []byte) (reply, value []byte, err error) {
+	return s.forwardQuiet(owner, key, line, data, false)
+}
+
+// forwardQuiet is forward for a request that may have no reply (meta q):
+// it is followed by mn, and a nil reply means the owner sent none.
+func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool) (reply, value []byte, err error) {
+	s.dropCopy(key)
+	pc := s.cl.view.Load().clients[owner]
+	if pc == nil {
+		return nil, nil, errNoPeer
+	}
+	s.counters.forwardedWrites.Add(1)
+	if quiet {
+		reply, value, err = pc.exchangeQuiet(line, data)
+	} else {
+		reply, value, err = pc.exchange(line, data)
+	}
+	if err != nil {
+		s.counters.peerErrors.Add(1)
+	}
+	return reply, value, err
+}
+
+// invalidate drops the copies other nodes hold of key, after a write here
+// (in the write's round, see holders.begin: prev is the round before it,
+// which must be over too before the write answers, since it took the
+// holders this one would otherwise have found). It waits at most
+// InvalidateTimeout; a holder that has not answered by then (or failed)
+// is counted and logged as a lost invalidation: its copy may be served
+// until the copy TTL.
+func (s *Server) invalidate(key string, prev <-chan struct{}) {
+	s.dropCopy(key)
+	now := s.cfg.Now()
+	nodes := s.cl.holders.take(key, now, s.cl.cfg.CopyTTL)
+	if len(nodes) == 0 && prev == nil {
+		return
+	}
+	v := s.cl.view.Load()
+	line := mdLine(key, " O"+s.cl.tag(tagInval))
+	type answer struct {
+		node string
+		err  error
+	}
+	answers := make(chan answer, len(nodes))
+	pending := make(map[string]bool, len(nodes))
+	for _, h := range nodes {
+		id := v.byHash[h]
+		pc := v.clients[id]
+		if pc == nil {
+			// The holder left the view: ring changes drop copies,
+			// so it holds none by now.
+			continue
+		}
+		pending[id] = true
+		s.counters.invalidations.Add(1)
+		go func() {
+			_, _, err := pc.exchange(line, nil)
+			answers <- answer{id, err}
+		}()
+	}
+	timer := time.NewTimer(s.cl.cfg.InvalidateTimeout)
+	defer timer.Stop()
+	for len(pending) > 0 || prev != nil {
+		select {
+		case <-prev:
+			prev = nil
+		case a := <-answers:
+			delete(pending, a.node)
+			if a.err != nil {
+				s.counters.peerErrors.Add(1)
+				s.lostInvalidation(key, a.node, a.err)
+			}
+		case <-timer.C:
+			// An earlier round counts its own losses.
+			for id := range pending {
+				s.lostInvalidation(key, id, errInvalidateTimeout)
+			}
+			return
+		}
+	}
+}
+
+var errInvalidateTimeout = errors.New("no answer within the invalidation timeout")
+
+// lostInvalidation counts and logs a copy that may outlive a write.
+func (s *Server) lostInvalidation(what, node string, err error) {
+	s.counters.lostInvalidations.Add(1)
+	s.cfg.Logger.Warn("invalidation lost: a copy may be served until the copy TTL", "key", what, "holder", node, "err", err)
+}
+
+// broadcast sends line to every other node and waits for their replies, for
+// flush_all. It returns how many of how many nodes (this one included)
+// failed to answer OK.
+func (s *Server) broadcast(line string) (failed, total int) {
+	if s.cl == nil {
+		return 0, 1
+	}
+	clients := s.cl.view.Load().clients
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for id, pc := range clients {
+		wg.Go(func() {
+			reply, _, err := pc.exchange([]byte(line), nil)
+			if err != nil || string(reply) != "OK" {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+				s.counters.peerErrors.Add(1)
+				s.cfg.Logger.Warn("flush_all did not reach a node", "node", id, "err", err, "reply", string(reply))
+			}
+		})
+	}
+	wg.Wait()
+	return failed, len(clients) + 1
+}
+
+// relay writes a peer's reply line to the client, or a clear error when
+// the owner could not be reached; under noreply, nothing at all, as
+// memcached sends nothing (a line the client does not expect would be read
+// as the reply to its next request).
+func (c *conn) relay(reply []byte, err error, noreply bool) {
+	if noreply {
+		return
+	}
+	if err != nil {
+		c.w.Line("SERVER_ERROR owner unreachable: " + strings.ReplaceAll(err.Error(), "\r\n", " "))
+		return
+	}
+	c.w.Line(string(reply))
+}
