@@ -164,6 +164,12 @@ func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) 
 		}
 		s.counters.served.Add(1)
 	case tagFetch:
+		// A copy only for a node this one could invalidate: one that is
+		// not in its view yet (it is joining, and its fence has not
+		// arrived) gets a miss, and keeps nothing.
+		if _, known := s.cl.view.Load().byHash[node]; !known {
+			break
+		}
 		// Register the holder before reading: a write that lands after
 		// the read then finds it and invalidates the copy.
 		s.cl.holders.add(key, node, s.cfg.Now(), s.cl.cfg.CopyTTL)

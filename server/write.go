@@ -237,8 +237,10 @@ func (s *Server) invalidate(key string, prev <-chan struct{}) {
 		id := v.byHash[h]
 		pc := v.clients[id]
 		if pc == nil {
-			// The holder left the view: ring changes drop copies,
-			// so it holds none by now.
+			// The holder left this node's view. Its own view change
+			// dropped its copies, unless it has not seen that change
+			// yet: it cannot be told, so count it.
+			s.lostInvalidation(key, id, errNoPeer)
 			continue
 		}
 		pending[id] = true
