@@ -99,6 +99,12 @@ type Config struct {
 	// applied. The fields this Config sets (names, addresses, keys,
 	// delegates, logger, transport) are set after Tune and win.
 	Tune func(*memberlist.Config)
+
+	// OnDeclaredDead, if set, is called (on a goroutine of its own) when
+	// another member declared this node dead and this node refuted it:
+	// the others have routed around it meanwhile (a partition, or a pause
+	// longer than failure detection), so what it held may be stale.
+	OnDeclaredDead func()
 }
 
 // setDefaults validates c and fills in its zero fields.
@@ -178,7 +184,7 @@ func (c *Config) memberlist(ev *events) *memberlist.Config {
 	mc.Events = ev
 	mc.Transport = c.Transport
 	mc.LogOutput = nil
-	mc.Logger = log.New(logWriter{c.Logger}, "", 0)
+	mc.Logger = log.New(logWriter{l: c.Logger, onDead: c.OnDeclaredDead}, "", 0)
 	return mc
 }
 
@@ -190,11 +196,26 @@ func (c *Config) memberlist(ev *events) *memberlist.Config {
 // visible at Warn: they are how an operator learns of a wrong gossip key
 // ("no installed keys could decrypt the message") or a node reachable over
 // TCP but not UDP.
-type logWriter struct{ l *slog.Logger }
+//
+// It also watches for the one event memberlist reports only in its log:
+// another member declared this node dead (and this node refuted it, which
+// is how a partition heals), for Config.OnDeclaredDead.
+type logWriter struct {
+	l      *slog.Logger
+	onDead func()
+}
+
+// refutedDeath is memberlist's log line when another member declared this
+// node dead (memberlist v0.7 state.go, deadNode).
+var refutedDeath = []byte("Refuting a dead message")
 
 func (w logWriter) Write(b []byte) (int, error) {
 	level := slog.LevelDebug
 	line := bytes.TrimSpace(b)
+	if w.onDead != nil && bytes.Contains(line, refutedDeath) {
+		// memberlist holds its state lock here: do not call back into it.
+		go w.onDead()
+	}
 	if rest, ok := bytes.CutPrefix(line, []byte("[WARN]")); ok {
 		level, line = slog.LevelWarn, rest
 	} else if rest, ok := bytes.CutPrefix(line, []byte("[ERR]")); ok {

@@ -57,7 +57,7 @@ func TestLogWriter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		h := &captureHandler{}
-		n, err := logWriter{slog.New(h)}.Write([]byte(tt.line))
+		n, err := logWriter{l: slog.New(h)}.Write([]byte(tt.line))
 		if n != len(tt.line) || err != nil {
 			t.Errorf("Write(%q) = %d, %v", tt.line, n, err)
 		}
@@ -78,3 +78,22 @@ func (h *captureHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *captureHandler) WithGroup(string) slog.Handler      { return h }
 
 var _ io.Writer = logWriter{}
+
+// TestLogWriterDeclaredDead: memberlist's refutation of a dead message
+// about this node calls OnDeclaredDead; its other lines do not.
+func TestLogWriterDeclaredDead(t *testing.T) {
+	called := make(chan struct{}, 4)
+	w := logWriter{l: slog.New(&captureHandler{}), onDead: func() { called <- struct{}{} }}
+	w.Write([]byte("[WARN] memberlist: Refuting a suspect message (from: b)\n"))
+	w.Write([]byte("[WARN] memberlist: Refuting a dead message (from: b)\n"))
+	select {
+	case <-called:
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnDeclaredDead not called for a refuted death")
+	}
+	select {
+	case <-called:
+		t.Fatal("OnDeclaredDead called for a refuted suspicion")
+	case <-time.After(50 * time.Millisecond):
+	}
+}

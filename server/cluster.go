@@ -181,6 +181,10 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}
 	cl.view.Store(&view{ring: ring.New(nil, ring.Config{}), done: closedChan})
 	cfg.Peers.Meta.Boot = cl.boot
+	// Declared dead by a member and refuted: the others owned this node's
+	// keys meanwhile. Drop everything at once, not only when a member that
+	// saw it dead tells it so (tellReturning).
+	cfg.Peers.OnDeclaredDead = func() { cl.onDeclaredDead([]byte(cl.boot)) }
 	cfg.Peers.Meta.Protocol = peerProtocol
 	cfg.Peers.Meta.Ring = cl.ringParams()
 	p, err := peers.Join(cfg.Peers, cl.onChange)
