@@ -484,17 +484,18 @@ func runCoherence(t *testing.T, sc coherenceScenario, eps float64, load coherenc
 		release()
 	}
 	ran := time.Since(began)
-	var inval, peerErrs, spilled, origin uint64
+	var inval, lost, peerErrs, spilled, origin uint64
 	for _, nd := range cr.nodes {
 		if !nd.closed {
 			inval += nd.srv.counters.invalidations.Load()
+			lost += nd.srv.counters.lostInvalidations.Load()
 			peerErrs += nd.srv.counters.peerErrors.Load()
 			spilled += nd.srv.counters.spilledServed.Load()
 			origin += nd.srv.counters.originFetches.Load()
 		}
 	}
-	t.Logf("live nodes: %d spilled fills, %d invalidations sent, %d peer errors, %d origin loads",
-		spilled, inval, peerErrs, origin)
+	t.Logf("live nodes: %d spilled fills, %d invalidations sent (%d lost: the contract's exception), %d peer errors, %d origin loads",
+		spilled, inval, lost, peerErrs, origin)
 	ops := cr.gen.h.operations()
 	checkStart := time.Now()
 	res := checkHistory(model, ops, load.checkBudget, t.Name())

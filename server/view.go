@@ -26,14 +26,13 @@ type view struct {
 	ring    *ring.Ring
 	clients map[string]*peerClient // by node ID, self excluded
 	byHash  map[uint64]string      // node ID by idHash, for copy holders
-	// prev is the ring before the last change, and until is when its
-	// owners stop being asked for keys that moved.
-	prev  *ring.Ring
+	// base is the last ring whose hand-off completed (see installLocked):
+	// its owners are the previous owners of keys this node gained, asked
+	// for them until the owner grace ends (until). done is closed when
+	// this view's hand-off completes (at once if it gained nothing).
+	base  *ring.Ring
 	until time.Time
-	// base is the last ring whose hand-off completed; done is closed
-	// when this view's hand-off completes (at once if it gained nothing).
-	base *ring.Ring
-	done chan struct{}
+	done  chan struct{}
 }
 
 // onChange hands a ring learned from gossip to the applier. memberlist
@@ -218,16 +217,7 @@ func (cl *cluster) installLocked() {
 	if nv.base == nil && r.Len() > 1 {
 		nv.base = r.Without(cl.self)
 	}
-	switch {
-	case cl.settled == nil || isClosed(old.done):
-		nv.prev = nv.base
-		if old.ring.Len() > 0 && cl.settled != nil {
-			nv.prev = old.ring
-		}
-	default:
-		nv.prev = old.prev
-	}
-	if nv.prev != nil {
+	if nv.base != nil {
 		nv.until = now.Add(cl.cfg.OwnerGrace)
 	}
 
@@ -243,22 +233,13 @@ func (cl *cluster) installLocked() {
 			pc.close()
 		}
 	}
-	if nv.base == nil || !gains(nv.base, r, cl.self) {
+	if cl.leaving || nv.base == nil || !gains(nv.base, r, cl.self) {
 		cl.settled = r
 		close(nv.done)
 		return
 	}
 	cl.tasks.Add(1)
 	go cl.settle(nv)
-}
-
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 // gains reports whether a node owns keys in r that it did not own in base:
@@ -283,10 +264,10 @@ func sameMembers(a, b *ring.Ring) bool {
 // previousOwner returns the node that owned key before the last membership
 // change, if that was recent and it was another node.
 func (v *view) previousOwner(key, self string, now time.Time) string {
-	if v.prev == nil || now.After(v.until) {
+	if v.base == nil || now.After(v.until) {
 		return ""
 	}
-	prev := v.prev.Owner(key)
+	prev := v.base.Owner(key)
 	if prev == self || prev == v.ring.Owner(key) {
 		return ""
 	}
