@@ -66,6 +66,7 @@ fuzz:
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzParse$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzReader$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzReadReply$$' ./protocol/
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzRequestRoundTrip$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzPick$$' ./ring/
 
 clean:

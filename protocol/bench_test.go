@@ -64,3 +64,16 @@ func BenchmarkWriteValue(b *testing.B) {
 		w.Value(key, 42, val)
 	}
 }
+
+func BenchmarkAppendRequest(b *testing.B) {
+	var req Request
+	if err := Parse([]byte("ms user:1001 100 T60 F3 C12345 q O123"), &req); err != nil {
+		b.Fatal(err)
+	}
+	req.Data = bytes.Repeat([]byte("v"), 100)
+	buf := make([]byte, 0, 128)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendRequest(buf[:0], &req, nil)
+	}
+}

@@ -67,6 +67,10 @@
 // The client side is smaller: a ReplyReader reads a server's replies, one
 // line at a time with the data block of a VALUE or VA reply, and
 // ParseValueLine and MetaReplyFlag take those lines apart (see reply.go).
+// A node that passes a client's write on rebuilds its line with
+// AppendRequest, which Parse reads back as the same Request (less
+// noreply), and writes keys of its own with AppendKey: base64 with the b
+// flag when ValidKey says the key cannot stand in a line.
 //
 // # Errors
 //

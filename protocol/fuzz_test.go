@@ -215,3 +215,96 @@ func fuzzReplies(t *testing.T, br *bufio.Reader, src *bytes.Reader, in []byte, m
 		}
 	}
 }
+
+// FuzzRequestRoundTrip rebuilds every line Parse accepts as a command
+// AppendRequest knows, reads the rebuilt line and data block back, and
+// checks that the Request is the same but for noreply.
+func FuzzRequestRoundTrip(f *testing.F) {
+	for _, tc := range appendCases {
+		f.Add([]byte(tc.line), []byte(tc.data))
+	}
+	for _, tc := range parseCases {
+		f.Add([]byte(tc.line), []byte("data"))
+	}
+	for _, tc := range metaCases {
+		f.Add([]byte(tc.line), []byte("data"))
+	}
+	var req, again Request
+	var wire []byte
+	src := new(bytes.Reader)
+	rd := NewReader(nil, Limits{MaxItemSize: 1 << 30})
+	f.Fuzz(func(t *testing.T, line, data []byte) {
+		if bytes.IndexByte(line, '\n') >= 0 {
+			return // Parse is given a line without its newline
+		}
+		if Parse(line, &req) != nil || !appendable(req.Command) {
+			return
+		}
+		hasData := req.DataLen() >= 0
+		if hasData {
+			req.Data = append([]byte{}, data...) // never nil, as Reader's
+		}
+		wire = append(AppendRequest(wire[:0], &req, nil), "\r\n"...)
+		if hasData {
+			wire = append(append(wire, data...), "\r\n"...)
+		}
+		src.Reset(wire)
+		rd.Reset(src)
+		if err := rd.Read(&again); err != nil {
+			t.Fatalf("%q: rebuilt as %q: %v", line, wire, err)
+		}
+		if n := rd.Buffered() + src.Len(); n != 0 {
+			t.Fatalf("%q: rebuilt as %q: %d bytes left after one request", line, wire, n)
+		}
+		req.Noreply = false
+		if d := diffRequest(&req, &again); d != "" {
+			t.Fatalf("%q: rebuilt as %q: %s", line, wire, d)
+		}
+	})
+}
+
+// appendable reports whether AppendRequest rebuilds cmd.
+func appendable(cmd Command) bool {
+	switch cmd {
+	case CmdSet, CmdAdd, CmdReplace, CmdAppend, CmdPrepend, CmdCas, CmdDelete, CmdIncr, CmdDecr, CmdTouch,
+		CmdMetaGet, CmdMetaSet, CmdMetaDelete, CmdMetaArith:
+		return true
+	}
+	return false
+}
+
+// diffRequest names the first field in which a and b differ, or returns "".
+func diffRequest(a, b *Request) string {
+	ma, mb := &a.Meta, &b.Meta
+	for _, f := range []struct {
+		name string
+		same bool
+	}{
+		{"command", a.Command == b.Command},
+		{"key", bytes.Equal(a.Key, b.Key)},
+		{"keys", len(a.Keys) == 0 && len(b.Keys) == 0},
+		{"args", len(a.Args) == 0 && len(b.Args) == 0},
+		{"flags", a.Flags == b.Flags},
+		{"exptime", a.Exptime == b.Exptime},
+		{"cas", a.CAS == b.CAS},
+		{"delta", a.Delta == b.Delta},
+		{"noreply", a.Noreply == b.Noreply},
+		{"data", bytes.Equal(a.Data, b.Data) && (a.Data == nil) == (b.Data == nil)},
+		{"meta flags", ma.Flags == mb.Flags},
+		{"meta order", bytes.Equal(ma.Order(), mb.Order())},
+		{"opaque", bytes.Equal(ma.Opaque, mb.Opaque)},
+		{"TTL", ma.TTL == mb.TTL},
+		{"client flags", ma.ClientFlags == mb.ClientFlags},
+		{"meta CAS", ma.CAS == mb.CAS},
+		{"vivify", ma.Vivify == mb.Vivify},
+		{"recache", ma.Recache == mb.Recache},
+		{"initial", ma.Initial == mb.Initial},
+		{"meta delta", ma.Delta == mb.Delta},
+		{"mode", ma.Mode == mb.Mode},
+	} {
+		if !f.same {
+			return f.name + " differs: " + digest(a, nil) + " vs " + digest(b, nil)
+		}
+	}
+	return ""
+}

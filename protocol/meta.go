@@ -1,5 +1,7 @@
 package protocol
 
+import "strconv"
+
 // MetaFlags is the set of single-letter flags present on a meta command:
 // bit i for 'a'+i, bit 26+i for 'A'+i.
 type MetaFlags uint64
@@ -236,6 +238,83 @@ func preparse(toks [][]byte, req *Request) *protoError {
 		return errstr
 	}
 	return nil
+}
+
+// appendMeta is AppendRequest's meta half:
+//
+//	mg|md|ma <key> <flag>*
+//	ms <key> <datalen> <flag>*
+func appendMeta(dst []byte, req *Request, dropOpaque func([]byte) bool) []byte {
+	m := &req.Meta
+	dst = append(append(dst, req.Command.String()...), ' ')
+	if m.Flags.Has('b') {
+		dst = appendBase64(dst, req.Key)
+	} else {
+		dst = append(dst, req.Key...)
+	}
+	if req.Command == CmdMetaSet {
+		dst = strconv.AppendInt(append(dst, ' '), int64(len(req.Data)), 10)
+	}
+	for _, f := range m.Order() {
+		if f == 'O' && dropOpaque != nil && dropOpaque(m.Opaque) {
+			continue
+		}
+		dst = append(dst, ' ', f)
+		switch f {
+		case 'O':
+			dst = append(dst, m.Opaque...)
+		case 'T':
+			dst = strconv.AppendInt(dst, m.TTL, 10)
+		case 'F':
+			dst = strconv.AppendUint(dst, uint64(m.ClientFlags), 10)
+		case 'C':
+			dst = strconv.AppendUint(dst, m.CAS, 10)
+		case 'N':
+			dst = strconv.AppendInt(dst, m.Vivify, 10)
+		case 'R':
+			dst = strconv.AppendInt(dst, m.Recache, 10)
+		case 'J':
+			dst = strconv.AppendUint(dst, m.Initial, 10)
+		case 'D':
+			dst = strconv.AppendUint(dst, m.Delta, 10)
+		case 'M':
+			dst = append(dst, m.Mode)
+		}
+	}
+	return dst
+}
+
+// AppendKey appends key to dst as the key of a meta request line of the
+// sender's own: as it is if ValidKey(key), else base64-encoded, and then
+// b64 reports that the line needs the b flag. A key that a client sent in
+// base64 may hold any byte, spaces and newlines included, and must not
+// split the line or become a second request.
+func AppendKey[K ~string | ~[]byte](dst []byte, key K) (line []byte, b64 bool) {
+	if ValidKey(key) {
+		return append(dst, key...), false
+	}
+	return appendBase64(dst, key), true
+}
+
+const b64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+// appendBase64 appends src in standard base64 with padding, which every
+// base64 decoder reads, memcached's (and decodeKey) included.
+func appendBase64[K ~string | ~[]byte](dst []byte, src K) []byte {
+	for len(src) >= 3 {
+		v := uint(src[0])<<16 | uint(src[1])<<8 | uint(src[2])
+		dst = append(dst, b64Alphabet[v>>18], b64Alphabet[v>>12&63], b64Alphabet[v>>6&63], b64Alphabet[v&63])
+		src = src[3:]
+	}
+	switch len(src) {
+	case 1:
+		v := uint(src[0]) << 16
+		dst = append(dst, b64Alphabet[v>>18], b64Alphabet[v>>12&63], '=', '=')
+	case 2:
+		v := uint(src[0])<<16 | uint(src[1])<<8
+		dst = append(dst, b64Alphabet[v>>18], b64Alphabet[v>>12&63], b64Alphabet[v>>6&63], '=')
+	}
+	return dst
 }
 
 // b64 is memcached's base64 decode table (base64.c): 0x80 marks bytes that

@@ -1,6 +1,9 @@
 package protocol
 
-import "bytes"
+import (
+	"bytes"
+	"strconv"
+)
 
 // Command identifies a request.
 type Command uint8
@@ -396,6 +399,57 @@ func parseVerbosity(t *tokens, req *Request) error {
 	}
 	req.Args = append(req.Args, t.t[1])
 	return nil
+}
+
+// AppendRequest appends to dst the request line req was parsed from,
+// rebuilt and without its "\r\n", and returns the extended slice: what a
+// node sends when it passes a client's write on to the key's owner. It
+// writes, for the commands it knows,
+//
+//	set|add|replace|append|prepend <key> <flags> <exptime> <bytes>
+//	cas <key> <flags> <exptime> <bytes> <cas unique>
+//	delete <key>
+//	incr|decr <key> <value>
+//	touch <key> <exptime>
+//	mg|md|ma <key> <flag>*
+//	ms <key> <datalen> <flag>*
+//
+// Classic commands lose their noreply (and delete its legacy "0"). Meta
+// flags keep the client's order (Meta.Order), q included, each with the
+// value Parse gave it ("T5\tjunk" becomes "T5", "M+" on ma "MI"); a key the
+// client sent in base64 (b) is sent in base64 again. <bytes> and <datalen>
+// are len(req.Data): the data block the caller sends after the line.
+//
+// If dropOpaque is not nil it is asked about the O flag's token, and the
+// flag is left out when it reports true (a token that must not travel).
+//
+// For any line Parse accepts as one of these commands, Parse of the
+// rebuilt line gives the same Request but for Noreply (FuzzRequestRoundTrip
+// checks it). AppendRequest allocates nothing when dst has room for the
+// line. Other commands panic: they are not forwarded.
+func AppendRequest(dst []byte, req *Request, dropOpaque func(opaque []byte) bool) []byte {
+	if req.Command >= CmdMetaGet && req.Command <= CmdMetaArith {
+		return appendMeta(dst, req, dropOpaque)
+	}
+	dst = append(dst, req.Command.String()...)
+	dst = append(append(dst, ' '), req.Key...)
+	switch req.Command {
+	case CmdSet, CmdAdd, CmdReplace, CmdAppend, CmdPrepend, CmdCas:
+		dst = strconv.AppendUint(append(dst, ' '), uint64(req.Flags), 10)
+		dst = strconv.AppendInt(append(dst, ' '), req.Exptime, 10)
+		dst = strconv.AppendInt(append(dst, ' '), int64(len(req.Data)), 10)
+		if req.Command == CmdCas {
+			dst = strconv.AppendUint(append(dst, ' '), req.CAS, 10)
+		}
+	case CmdDelete:
+	case CmdIncr, CmdDecr:
+		dst = strconv.AppendUint(append(dst, ' '), req.Delta, 10)
+	case CmdTouch:
+		dst = strconv.AppendInt(append(dst, ' '), req.Exptime, 10)
+	default:
+		panic("protocol: AppendRequest of " + req.Command.String())
+	}
+	return dst
 }
 
 // ValidKey reports whether key follows protocol.txt's rule: 1 to 250

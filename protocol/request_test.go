@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"encoding/base64"
 	"strings"
 	"testing"
 )
@@ -194,4 +195,157 @@ func TestCommandString(t *testing.T) {
 	if CmdGet.String() != "get" || CmdMetaDebug.String() != "me" || CmdFlushAll.String() != "flush_all" || Command(0).String() != "unknown" || Command(200).String() != "unknown" {
 		t.Error("Command.String mismatch")
 	}
+}
+
+// appendCases are request lines and the line AppendRequest rebuilds from
+// what Parse makes of them; data is the block that follows (Request.Data).
+var appendCases = []struct {
+	name, line, data, want string
+}{
+	{"set", "set k 5 10 3", "abc", "set k 5 10 3"},
+	{"set-noreply", "set k 0 0 1 noreply", "a", "set k 0 0 1"},
+	{"set-junk-last-word", "set k 0 0 1 norep", "a", "set k 0 0 1"},
+	{"set-numbers-as-parsed", "set  k +5 2147483648 1\tjunk", "a", "set k 5 -2147483648 1"},
+	{"set-flags-wrap", "set k 4294967301 0 1", "a", "set k 5 0 1"},
+	{"set-len-is-data", "set k 0 0 7", "abc", "set k 0 0 3"},
+	{"set-empty", "set k 0 0 0", "", "set k 0 0 0"},
+	{"set-control-key", "set k\x01\t 0 0 1", "a", "set k\x01\t 0 0 1"},
+	{"add", "add k 1 2 3", "abc", "add k 1 2 3"},
+	{"replace", "replace k 0 0 0 noreply", "", "replace k 0 0 0"},
+	{"append", "append k 0 0 1", "a", "append k 0 0 1"},
+	{"prepend", "prepend k 0 0 1", "a", "prepend k 0 0 1"},
+	{"cas", "cas k 3 4 1 99 noreply", "a", "cas k 3 4 1 99"},
+	{"cas-max", "cas k 0 0 1 18446744073709551615", "a", "cas k 0 0 1 18446744073709551615"},
+	{"delete", "delete k", "", "delete k"},
+	{"delete-0-noreply", "delete k 0 noreply", "", "delete k"},
+	{"incr", "incr k 18446744073709551615", "", "incr k 18446744073709551615"},
+	{"decr-noreply", "decr k 5 noreply", "", "decr k 5"},
+	{"touch", "touch k -1 noreply", "", "touch k -1"},
+
+	{"mg", "mg k", "", "mg k"},
+	{"mg-order-q", "mg k v q O123 c f k t s", "", "mg k v q O123 c f k t s"},
+	{"mg-token-values", "mg k T30\tx N+5 R-1 kfoo vbar", "", "mg k T30 N5 R-1 k v"},
+	{"mg-mode-kept", "mg k M+", "", "mg k M+"},
+	{"mg-empty-opaque", "mg k O v", "", "mg k O v"},
+	{"mg-b64", "mg aw== b k v", "", "mg aw== b k v"},
+	{"mg-b64-reencoded", "mg a!w=!= b", "", "mg aw== b"},
+	{"mg-b64-space-key", "mg YSBi k b", "", "mg YSBi k b"},
+	{"mg-b64-after-pad", "mg QQ==QUJD b", "", "mg QQ== b"},
+	{"ms", "ms k 2 T0 F5 C9 MA I q", "ab", "ms k 2 T0 F5 C9 MA I q"},
+	{"ms-len-is-data", "ms Zm9v 9 b", "ab", "ms Zm9v 2 b"},
+	{"ms-default-mode", "ms k 1", "a", "ms k 1"},
+	{"ms-b64", "ms Zm9v 1 b O1", "a", "ms Zm9v 1 b O1"},
+	{"md", "md k q C5 O7 I T10", "", "md k q C5 O7 I T10"},
+	{"ma", "ma k", "", "ma k"},
+	{"ma-mode-normalised", "ma k M+ D7 J9 N0 T1 q v", "", "ma k MI D7 J9 N0 T1 q v"},
+	{"ma-decr", "ma k M- C18446744073709551615", "", "ma k MD C18446744073709551615"},
+}
+
+func TestAppendRequest(t *testing.T) {
+	var req Request
+	for _, tc := range appendCases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := Parse([]byte(tc.line), &req); err != nil {
+				t.Fatalf("Parse(%q): %v", tc.line, err)
+			}
+			if req.DataLen() >= 0 {
+				req.Data = []byte(tc.data)
+			}
+			if got := string(AppendRequest(nil, &req, nil)); got != tc.want {
+				t.Errorf("AppendRequest(%q)\n got %q\nwant %q", tc.line, got, tc.want)
+			}
+		})
+	}
+}
+
+// isTag stands for a caller's test of an opaque it must not pass on.
+func isTag(opaque []byte) bool { return strings.HasPrefix(string(opaque), "tag.") }
+
+func TestAppendRequestDropOpaque(t *testing.T) {
+	for line, want := range map[string]string{
+		"mg k v Otag.1 c": "mg k v c",
+		"mg k v O123 c":   "mg k v O123 c",
+		"md k Otag.x q":   "md k q",
+		"ma k Otag.":      "ma k",
+		"ms k 0 Otag.1 I": "ms k 0 I",
+	} {
+		var req Request
+		if err := Parse([]byte(line), &req); err != nil {
+			t.Fatalf("Parse(%q): %v", line, err)
+		}
+		if got := string(AppendRequest([]byte("x"), &req, isTag)); got != "x"+want {
+			t.Errorf("AppendRequest(%q) = %q, want %q", line, got, "x"+want)
+		}
+	}
+}
+
+func TestAppendRequestUnsupported(t *testing.T) {
+	for _, line := range []string{"get k", "gat 1 k", "flush_all", "mn", "me k", "version"} {
+		var req Request
+		if err := Parse([]byte(line), &req); err != nil {
+			t.Fatalf("Parse(%q): %v", line, err)
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("AppendRequest(%q) did not panic", line)
+				}
+			}()
+			AppendRequest(nil, &req, nil)
+		}()
+	}
+}
+
+func TestAppendRequestAllocs(t *testing.T) {
+	buf := make([]byte, 0, 512)
+	for _, line := range []string{"set k 0 0 5", "cas k 1 2 5 99", "incr k 1", "mg k v f t c O123 q", "ms Zm9v 5 b T10 F3", "ma k MD D5"} {
+		var req Request
+		if err := Parse([]byte(line), &req); err != nil {
+			t.Fatalf("Parse(%q): %v", line, err)
+		}
+		if n := testing.AllocsPerRun(100, func() { AppendRequest(buf[:0], &req, isTag) }); n != 0 {
+			t.Errorf("AppendRequest(%q): %v allocs, want 0", line, n)
+		}
+	}
+}
+
+func TestAppendKey(t *testing.T) {
+	for _, tc := range []struct {
+		key, want string
+		b64       bool
+	}{
+		{"k", "k", false},
+		{key250, key250, false},
+		{"a b", "YSBi", true},
+		{"a\r\nget x", "YQ0KZ2V0IHg=", true},
+		{"\x00", "AA==", true},
+		{"", "", true},
+		{key251, base64.StdEncoding.EncodeToString([]byte(key251)), true},
+	} {
+		for _, got := range []struct {
+			line []byte
+			b64  bool
+		}{pair(AppendKey([]byte("md "), tc.key)), pair(AppendKey([]byte("md "), []byte(tc.key)))} {
+			if string(got.line) != "md "+tc.want || got.b64 != tc.b64 {
+				t.Errorf("AppendKey(%q) = %q, %v; want %q, %v", tc.key, got.line, got.b64, "md "+tc.want, tc.b64)
+			}
+		}
+		if !tc.b64 {
+			continue
+		}
+		dec := make([]byte, 512)
+		if n := decodeKey(dec, []byte(tc.want)); tc.key != "" && string(dec[:n]) != tc.key {
+			t.Errorf("decodeKey(%q) = %q, want %q", tc.want, dec[:n], tc.key)
+		}
+	}
+}
+
+func pair(line []byte, b64 bool) struct {
+	line []byte
+	b64  bool
+} {
+	return struct {
+		line []byte
+		b64  bool
+	}{line, b64}
 }

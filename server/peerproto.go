@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"bytes"
-	"encoding/base64"
 	"strconv"
 
 	"spillway/protocol"
@@ -77,19 +76,20 @@ func notOwner(reply []byte) (owner string, ok bool) {
 	return string(bytes.TrimSpace(rest)), true
 }
 
-// writePeerKey writes key into a request line. A key that a client sent in
-// base64 (meta b flag) may hold any byte, spaces and newlines included,
-// and must not become a second request on the peer connection: such keys
-// travel base64-encoded again, and writePeerKey reports that the line
-// needs the b flag.
+// isTag reports whether opaque is a peer tag. A client's opaque that is
+// one is not forwarded (protocol.AppendRequest).
+func isTag(opaque []byte) bool {
+	_, _, ok := parseTag(opaque)
+	return ok
+}
+
+// writePeerKey writes key into a request line: as it is, or base64-encoded
+// when it cannot stand in a line (protocol.AppendKey), and then it reports
+// that the line needs the b flag.
 func writePeerKey(w *bufio.Writer, key string) (b64 bool) {
-	if protocol.ValidKey(key) {
-		w.WriteString(key)
-		return false
-	}
-	var buf [344]byte // base64 of a 250-byte key
-	w.Write(base64.StdEncoding.AppendEncode(buf[:0], []byte(key)))
-	return true
+	line, b64 := protocol.AppendKey(w.AvailableBuffer(), key)
+	w.Write(line)
+	return b64
 }
 
 // mdLine builds a meta delete of key for a peer, with flags (" O<tag>")
@@ -97,10 +97,9 @@ func writePeerKey(w *bufio.Writer, key string) (b64 bool) {
 // as it is base64-encoded with the b flag.
 func mdLine(key, flags string) []byte {
 	b := append(make([]byte, 0, 8+len(key)*4/3+len(flags)), "md "...)
-	if protocol.ValidKey(key) {
-		b = append(b, key...)
-	} else {
-		b = append(base64.StdEncoding.AppendEncode(b, []byte(key)), " b"...)
+	b, b64 := protocol.AppendKey(b, key)
+	if b64 {
+		b = append(b, " b"...)
 	}
 	return append(b, flags...)
 }
