@@ -367,10 +367,10 @@ func TestHotKeySpillsWithOneOriginLoad(t *testing.T) {
 	servedBy := 0
 	var spilled uint64
 	for _, nd := range nodes {
-		if nd.srv.counters.served.Load() > 0 {
+		if nd.srv.counters[ctrServed].Load() > 0 {
 			servedBy++
 		}
-		spilled += nd.srv.counters.spilledServed.Load()
+		spilled += nd.srv.counters[ctrSpilledServed].Load()
 	}
 	if servedBy < 2 || spilled == 0 {
 		t.Fatalf("hot key served by %d nodes, %d spilled fills: want it spread", servedBy, spilled)
@@ -411,7 +411,7 @@ func TestWritesInvalidateCopies(t *testing.T) {
 	}
 	copies := 0
 	for _, nd := range nodes {
-		copies += int(nd.srv.counters.invalidations.Load())
+		copies += int(nd.srv.counters[ctrInvalidations].Load())
 	}
 	if copies == 0 {
 		t.Fatal("no invalidation was ever sent: the test did not make copies")

@@ -487,10 +487,10 @@ func runCoherence(t *testing.T, sc coherenceScenario, eps float64, load coherenc
 	var inval, peerErrs, spilled, origin uint64
 	for _, nd := range cr.nodes {
 		if !nd.closed {
-			inval += nd.srv.counters.invalidations.Load()
-			peerErrs += nd.srv.counters.peerErrors.Load()
-			spilled += nd.srv.counters.spilledServed.Load()
-			origin += nd.srv.counters.originFetches.Load()
+			inval += nd.srv.counters[ctrInvalidations].Load()
+			peerErrs += nd.srv.counters[ctrPeerErrors].Load()
+			spilled += nd.srv.counters[ctrSpilledServed].Load()
+			origin += nd.srv.counters[ctrOriginFetches].Load()
 		}
 	}
 	t.Logf("live nodes: %d spilled fills, %d invalidations sent, %d peer errors, %d origin loads",

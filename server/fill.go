@@ -65,17 +65,17 @@ func (s *Server) fillFrom(key, bad string, gen uint64) readResult {
 		}
 		return s.fillOwned(key, v, now, gen)
 	}
-	s.counters.spilledServed.Add(1)
+	s.counters[ctrSpilledServed].Add(1)
 	if pc := v.clients[owner]; pc != nil && owner != bad {
 		res, err := pc.fetch([]string{key}, s.cl.tag(tagFetch), now)
-		s.counters.peerFetches.Add(1)
+		s.counters[ctrPeerFetches].Add(1)
 		if err == nil {
 			if res[0].found {
 				s.putCopy(res[0].item, now, gen)
 			}
 			return readResult{res[0].item, res[0].found}
 		}
-		s.counters.peerErrors.Add(1)
+		s.counters[ctrPeerErrors].Add(1)
 		s.cfg.Logger.Debug("read-through failed; trying the origin", "key", key, "owner", owner, "err", err)
 	}
 	// The owner could not be asked: serve the origin's value to this read,
@@ -90,7 +90,7 @@ func (s *Server) fillFrom(key, bad string, gen uint64) readResult {
 // follower.
 func (s *Server) countMerged(shared, led bool) {
 	if shared && !led {
-		s.counters.merged.Add(1)
+		s.counters[ctrMerged].Add(1)
 	}
 }
 
@@ -100,7 +100,7 @@ func (s *Server) fillOwned(key string, v *view, now time.Time, gen uint64) readR
 	if prev := v.previousOwner(key, s.cl.self, now); prev != "" {
 		if pc := v.clients[prev]; pc != nil {
 			res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
-			s.counters.peerFetches.Add(1)
+			s.counters[ctrPeerFetches].Add(1)
 			if err == nil && res[0].found {
 				return s.keepOwned(readResult{res[0].item, true}, v, gen)
 			}
@@ -128,13 +128,13 @@ func (s *Server) settleMoved(v *view, key string, needValue bool) {
 	if _, ok := s.store.Peek(key); needValue && !ok {
 		gen := s.gens.current(key)
 		res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
-		s.counters.peerFetches.Add(1)
+		s.counters[ctrPeerFetches].Add(1)
 		if err == nil && res[0].found {
 			s.keepOwned(readResult{res[0].item, true}, v, gen)
 		}
 	}
 	if _, _, err := pc.exchange(mdLine(key, " O"+s.cl.tag(tagWarm)), nil); err != nil {
-		s.counters.peerErrors.Add(1)
+		s.counters[ctrPeerErrors].Add(1)
 	}
 }
 
@@ -210,15 +210,15 @@ func (s *Server) loadOrigin(key string) readResult {
 	select {
 	case s.originSem <- struct{}{}:
 	case <-ctx.Done():
-		s.counters.originErrors.Add(1)
+		s.counters[ctrOriginErrors].Add(1)
 		return readResult{}
 	}
-	s.counters.originFetches.Add(1)
+	s.counters[ctrOriginFetches].Add(1)
 	it, err := s.origin.Load(ctx, key)
 	<-s.originSem
 	if err != nil {
 		if !errors.Is(err, ErrOriginMiss) {
-			s.counters.originErrors.Add(1)
+			s.counters[ctrOriginErrors].Add(1)
 			s.cfg.Logger.Warn("origin load failed", "key", key, "err", err)
 		}
 		return readResult{}

@@ -13,9 +13,8 @@ import (
 // handle executes one request and writes its reply into the connection's
 // buffer; the serve loop flushes.
 func (c *conn) handle(req *protocol.Request) {
-	c.local.dirty = true
 	if req.Command >= protocol.CmdMetaNoop {
-		c.local.cmdMeta++
+		c.local[statCmdMeta]++
 	}
 	if c.srv.cl != nil && c.peer && c.peerRequest(req) {
 		return
@@ -82,11 +81,11 @@ func (c *conn) countForwarded(req *protocol.Request) {
 	switch req.Command {
 	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend,
 		protocol.CmdPrepend, protocol.CmdCas, protocol.CmdMetaSet:
-		c.local.cmdSet++
+		c.local[statCmdSet]++
 	case protocol.CmdTouch:
-		c.local.cmdTouch++
+		c.local[statCmdTouch]++
 	case protocol.CmdMetaGet:
-		c.local.cmdGet++
+		c.local[statCmdGet]++
 	}
 }
 
@@ -94,7 +93,7 @@ func (c *conn) countForwarded(req *protocol.Request) {
 // client, every other node too. A node that did not answer is named in an
 // error: the client must not take the cache for empty.
 func (c *conn) flushAll(req *protocol.Request) {
-	c.local.cmdFlush++
+	c.local[statCmdFlush]++
 	delay := time.Duration(req.Exptime) * time.Second
 	c.srv.flushLocal(delay)
 	if !c.peer {
@@ -124,13 +123,13 @@ func (c *conn) get(req *protocol.Request, withCAS bool) {
 		return
 	}
 	for _, k := range req.Keys {
-		c.local.cmdGet++
+		c.local[statCmdGet]++
 		it, ok := c.srv.localGet(string(k))
 		if !ok {
-			c.local.getMisses++
+			c.local[statGetMisses]++
 			continue
 		}
-		c.local.getHits++
+		c.local[statGetHits]++
 		c.writeValue(k, it, withCAS)
 	}
 	c.w.Status(protocol.End)
@@ -145,12 +144,12 @@ func (c *conn) getRouted(req *protocol.Request, withCAS bool) {
 	res := c.results[:n]
 	c.readKeys(req.Keys, res)
 	for i, k := range req.Keys {
-		c.local.cmdGet++
+		c.local[statCmdGet]++
 		if !res[i].found {
-			c.local.getMisses++
+			c.local[statGetMisses]++
 			continue
 		}
-		c.local.getHits++
+		c.local[statGetHits]++
 		c.writeValue(k, res[i].it, withCAS)
 	}
 	clear(res) // do not keep values alive until the next get
@@ -162,16 +161,16 @@ func (c *conn) getRouted(req *protocol.Request, withCAS bool) {
 func (c *conn) gat(req *protocol.Request, withCAS bool) {
 	exp := store.ExpiresAt(req.Exptime, c.now())
 	for _, k := range req.Keys {
-		c.local.cmdGet++
-		c.local.cmdTouch++
+		c.local[statCmdGet]++
+		c.local[statCmdTouch]++
 		it, err := c.touchKey(k, exp, req.Exptime)
 		if err != nil {
-			c.local.getMisses++
-			c.local.touchMisses++
+			c.local[statGetMisses]++
+			c.local[statTouchMisses]++
 			continue
 		}
-		c.local.getHits++
-		c.local.touchHits++
+		c.local[statGetHits]++
+		c.local[statTouchHits]++
 		c.writeValue(k, it, withCAS)
 	}
 	c.w.Status(protocol.End)
@@ -205,7 +204,7 @@ func (c *conn) touchKey(k []byte, exp time.Time, exptime int64) (store.Item, err
 	}
 	res, err := pc.fetchWith([]string{key}, s.cl.tag(tagForward), " T"+strconv.FormatInt(exptime, 10), c.now())
 	if err != nil {
-		s.counters.peerErrors.Add(1)
+		s.counters[ctrPeerErrors].Add(1)
 		return store.Item{}, err
 	}
 	if !res[0].found {
@@ -225,7 +224,7 @@ func (c *conn) writeValue(key []byte, it store.Item, withCAS bool) {
 // <set|add|replace|append|prepend> <key> <flags> <exptime> <bytes> [noreply]
 // cas <key> <flags> <exptime> <bytes> <cas unique> [noreply]
 func (c *conn) update(req *protocol.Request) {
-	c.local.cmdSet++
+	c.local[statCmdSet]++
 	st := c.srv.store
 	if c.srv.tooLarge(req.Key, req.Flags, req.Data) {
 		c.refuseTooLarge(req, req.Command == protocol.CmdSet)
@@ -254,11 +253,11 @@ func (c *conn) update(req *protocol.Request) {
 		_, err = st.CompareAndSwap(it)
 		switch {
 		case err == nil:
-			c.local.casHits++
+			c.local[statCasHits]++
 		case errors.Is(err, store.ErrExists):
-			c.local.casBadval++
+			c.local[statCasBadval]++
 		case errors.Is(err, store.ErrNotFound):
-			c.local.casMisses++
+			c.local[statCasMisses]++
 		}
 	}
 	if err == nil {
@@ -348,9 +347,9 @@ func (c *conn) delete(req *protocol.Request) {
 	err := c.srv.store.Delete(string(req.Key))
 	c.written(req.Key)
 	if err == nil {
-		c.local.deleteHits++
+		c.local[statDeleteHits]++
 	} else {
-		c.local.deleteMisses++
+		c.local[statDeleteMisses]++
 	}
 	c.storeReply(req, err, protocol.Deleted)
 }
@@ -375,25 +374,25 @@ func (c *conn) incr(req *protocol.Request) {
 func (c *conn) countIncr(err error, decr bool) {
 	switch {
 	case err == nil && decr:
-		c.local.decrHits++
+		c.local[statDecrHits]++
 	case err == nil:
-		c.local.incrHits++
+		c.local[statIncrHits]++
 	case errors.Is(err, store.ErrNotFound) && decr:
-		c.local.decrMisses++
+		c.local[statDecrMisses]++
 	case errors.Is(err, store.ErrNotFound):
-		c.local.incrMisses++
+		c.local[statIncrMisses]++
 	}
 }
 
 // touch <key> <exptime> [noreply]
 func (c *conn) touch(req *protocol.Request) {
-	c.local.cmdTouch++
+	c.local[statCmdTouch]++
 	_, err := c.srv.store.Touch(string(req.Key), store.ExpiresAt(req.Exptime, c.now()))
 	if err == nil {
 		c.written(req.Key)
-		c.local.touchHits++
+		c.local[statTouchHits]++
 	} else {
-		c.local.touchMisses++
+		c.local[statTouchMisses]++
 	}
 	c.storeReply(req, err, protocol.Touched)
 }

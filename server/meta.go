@@ -21,9 +21,9 @@ func (c *conn) metaGet(req *protocol.Request) {
 	key := string(req.Key)
 	touch := m.Flags.Has('T')
 	if touch {
-		c.local.cmdTouch++
+		c.local[statCmdTouch]++
 	} else {
-		c.local.cmdGet++
+		c.local[statCmdGet]++
 	}
 
 	var it store.Item
@@ -94,9 +94,9 @@ func (c *conn) metaGet(req *protocol.Request) {
 	}
 	if !ok {
 		if touch {
-			c.local.touchMisses++
+			c.local[statTouchMisses]++
 		} else {
-			c.local.getMisses++
+			c.local[statGetMisses]++
 		}
 		if !m.Flags.Has('q') {
 			c.w.MetaStart("EN")
@@ -106,9 +106,9 @@ func (c *conn) metaGet(req *protocol.Request) {
 		return
 	}
 	if touch {
-		c.local.touchHits++
+		c.local[statTouchHits]++
 	} else {
-		c.local.getHits++
+		c.local[statGetHits]++
 	}
 	if m.Flags.Has('v') {
 		c.w.MetaValueStart(len(it.Value))
@@ -162,7 +162,7 @@ func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) 
 		} else {
 			r = s.fill(key)
 		}
-		s.counters.served.Add(1)
+		s.counters[ctrServed].Add(1)
 	case tagFetch:
 		// A copy only for a node this one could invalidate: one that is
 		// not in its view yet (it is joining, and its fence has not
@@ -238,7 +238,7 @@ func (c *conn) ttl(exp time.Time) int64 {
 // ms <key> <datalen> <flag>*
 func (c *conn) metaSet(req *protocol.Request) {
 	m := &req.Meta
-	c.local.cmdSet++
+	c.local[statCmdSet]++
 	st := c.srv.store
 	if c.srv.tooLarge(req.Key, m.ClientFlags, req.Data) {
 		c.refuseTooLarge(req, true)
@@ -383,9 +383,9 @@ func (c *conn) metaDelete(req *protocol.Request) {
 	}
 	if err == nil {
 		c.written(req.Key)
-		c.local.deleteHits++
+		c.local[statDeleteHits]++
 	} else {
-		c.local.deleteMisses++
+		c.local[statDeleteMisses]++
 	}
 	code := metaCode(err)
 	if code == "HD" && m.Flags.Has('q') {

@@ -4,32 +4,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"spillway/protocol"
 )
-
-// clusterCounters are the cluster lines of "stats".
-type clusterCounters struct {
-	served          atomic.Uint64 // reads this node answered itself, whoever the entry node was
-	forwarded       atomic.Uint64 // reads this entry node sent to another node
-	forwardedWrites atomic.Uint64 // writes this entry node sent to the key's owner
-	spilledServed   atomic.Uint64 // reads served here although another node owns the key
-	peerFetches     atomic.Uint64 // read-throughs from an owner or previous owner
-	peerErrors      atomic.Uint64 // peer requests that failed or timed out
-	originFetches   atomic.Uint64 // loads from the origin
-	originErrors    atomic.Uint64 // origin loads that failed (not misses)
-	merged          atomic.Uint64 // reads that joined another's fill (singleflight)
-	invalidations   atomic.Uint64 // copy invalidations sent
-	// lostInvalidations counts copies that may outlive a write because
-	// their holder could not be told (it did not answer in time): the
-	// one stated exception to coherence, bounded by the copy TTL.
-	lostInvalidations atomic.Uint64
-	refusedWrites     atomic.Uint64 // writes refused here: this node does not own the key
-}
 
 // metrics are the node's Prometheus series, on a registry of its own so
 // that several nodes can live in one process (tests, bench --local).
@@ -63,46 +43,49 @@ func newMetrics(s *Server) *metrics {
 		m.byCommand[c] = m.latency.WithLabelValues(c.String())
 	}
 
-	gauge := func(name, help string, f func() float64) {
-		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
-	}
-	counter := func(name, help string, f func() float64) {
-		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
-	}
-	u := func(a *atomic.Uint64) func() float64 { return func() float64 { return float64(a.Load()) } }
-	c := &s.counters
-	counter("spillway_served_total", "Reads this node answered itself, whoever the entry node was.", u(&c.served))
-	counter("spillway_spilled_served_total", "Reads served here although another node owns the key.", u(&c.spilledServed))
-	counter("spillway_peer_errors_total", "Peer requests that failed or timed out.", u(&c.peerErrors))
-	counter("spillway_origin_errors_total", "Origin loads that failed.", u(&c.originErrors))
-	counter("spillway_invalidations_total", "Copy invalidations sent to other nodes.", u(&c.invalidations))
-	// The figures stats also shows are exported from the same counters:
-	// one figure, two views of it.
-	counter("spillway_forwarded_total", "Reads this entry node forwarded to another node.", u(&c.forwarded))
-	counter("spillway_peer_fetches_total", "Read-throughs from a key's owner or previous owner.", u(&c.peerFetches))
-	counter("spillway_origin_fetches_total", "Loads from the origin.", u(&c.originFetches))
-	counter("spillway_singleflight_merged_total", "Reads that waited for another read's fill of the same key.", u(&c.merged))
-	counter("spillway_lost_invalidations_total", "Copies that may outlive a write because their holder could not be told in time (served at most until the copy TTL).", u(&c.lostInvalidations))
-	counter("spillway_refused_writes_total", "Writes refused because this node does not own the key in its view.", u(&c.refusedWrites))
-	counter("spillway_store_hits_total", "Owned-store hits.", func() float64 { return float64(s.store.Stats().Hits) })
-	counter("spillway_store_misses_total", "Owned-store misses.", func() float64 { return float64(s.store.Stats().Misses) })
-	counter("spillway_store_evictions_total", "Items evicted from the owned store under memory pressure.", func() float64 { return float64(s.store.Stats().Evictions) })
-	gauge("spillway_store_items", "Items in the owned store.", func() float64 { return float64(s.store.Stats().CurrItems) })
-	gauge("spillway_store_bytes", "Bytes counted against the memory limit.", func() float64 { return float64(s.store.Stats().Bytes) })
-	gauge("spillway_copies", "Copies of other nodes' keys held here.", func() float64 {
-		if s.cl == nil {
-			return 0
-		}
-		return float64(s.cl.copies.Stats().CurrItems)
-	})
-	gauge("spillway_cluster_nodes", "Members in this node's ring.", func() float64 {
-		if s.cl == nil {
-			return 1
-		}
-		return float64(s.cl.view.Load().ring.Len())
-	})
-	gauge("spillway_curr_connections", "Open client connections.", func() float64 { return float64(s.stats.currConns.Load()) })
+	m.reg.MustRegister(newStatsCollector(s))
 	return m
+}
+
+// statsCollector exports the statLines that have a Prometheus name,
+// sampling them once per scrape: the figures "stats" shows are the same
+// figures, not a second count of the same events.
+type statsCollector struct {
+	s     *Server
+	descs []*prometheus.Desc // one per statLines entry; nil where prom is ""
+}
+
+func newStatsCollector(s *Server) *statsCollector {
+	c := &statsCollector{s: s, descs: make([]*prometheus.Desc, len(statLines))}
+	for i, l := range statLines {
+		if l.prom != "" {
+			c.descs[i] = prometheus.NewDesc(l.prom, l.help, nil, nil)
+		}
+	}
+	return c
+}
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		if d != nil {
+			ch <- d
+		}
+	}
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	v := c.s.statsView()
+	for i, d := range c.descs {
+		if d == nil {
+			continue
+		}
+		l := &statLines[i]
+		vt := prometheus.GaugeValue
+		if l.kind == kindCounter {
+			vt = prometheus.CounterValue
+		}
+		ch <- prometheus.MustNewConstMetric(d, vt, float64(l.value(v)), nil...)
+	}
 }
 
 // MetricsHandler serves Prometheus metrics at /metrics, the ring at

@@ -82,7 +82,7 @@ func TestHTTPOrigin(t *testing.T) {
 	if !ok || it.Expires.IsZero() || time.Until(it.Expires) > 61*time.Second {
 		t.Fatalf("short: %v, expires %v", ok, it.Expires)
 	}
-	if got := srv.counters.originErrors.Load(); got != 1 {
+	if got := srv.counters[ctrOriginErrors].Load(); got != 1 {
 		t.Fatalf("origin_errors = %d, want 1", got)
 	}
 }
@@ -152,7 +152,7 @@ func TestOriginLoadsOncePerKey(t *testing.T) {
 	if got := origin.count("k"); got != 1 {
 		t.Fatalf("origin loads = %d, want 1", got)
 	}
-	if got := srv.counters.merged.Load(); got != 19 {
+	if got := srv.counters[ctrMerged].Load(); got != 19 {
 		t.Fatalf("singleflight_merged = %d, want 19", got)
 	}
 }

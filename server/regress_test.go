@@ -230,7 +230,7 @@ func TestRegressInvalidationAcrossProcesses(t *testing.T) {
 	r.send("get " + key + "\r\n")
 	r.line()
 	if v := r.line(); v != "v2" {
-		t.Fatalf("read after STORED at node1: %q (invalidations sent: %d)", v, nodes[0].srv.counters.invalidations.Load())
+		t.Fatalf("read after STORED at node1: %q (invalidations sent: %d)", v, nodes[0].srv.counters[ctrInvalidations].Load())
 	}
 }
 

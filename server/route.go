@@ -113,9 +113,9 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 		if pc != nil {
 			res, err = pc.fetch(g.keys, s.cl.tag(tagForward), s.cfg.Now())
 		}
-		s.counters.forwarded.Add(uint64(len(g.keys)))
+		s.counters[ctrForwarded].Add(uint64(len(g.keys)))
 		if err != nil {
-			s.counters.peerErrors.Add(1)
+			s.counters[ctrPeerErrors].Add(1)
 		}
 		for j, i := range g.idx {
 			if err != nil {

@@ -112,7 +112,7 @@ type Server struct {
 	flights   singleflight.Group
 	gens      fillGens
 	uniq      *uniques // CAS uniques of a cluster node
-	counters  clusterCounters
+	counters  totals
 	metrics   *metrics
 	filling   atomic.Int64 // reads waiting in fill, for tests that line them up
 
@@ -226,7 +226,7 @@ func (s *Server) serve(ln net.Listener, peer bool) error {
 			return err
 		}
 		backoff = 0
-		s.stats.totalConns.Add(1)
+		s.counters[ctrTotalConns].Add(1)
 		c := newConn(s, nc)
 		c.peer = peer
 		if !s.trackConn(c, true) {
@@ -270,7 +270,7 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 	// Peer connections do not count against the client limit: a burst of
 	// clients must not lock the other nodes out of this one.
 	if s.closing.Load() || (!c.peer && s.clientConns >= s.cfg.MaxConns) {
-		s.stats.rejectedConns.Add(1)
+		s.counters[ctrRejectedConns].Add(1)
 		return false
 	}
 	s.conns[c] = struct{}{}
@@ -358,7 +358,7 @@ var _ io.Closer = (*Server)(nil)
 // primary whether that node owns the key, here whether it was this node.
 func (s *Server) countServed(node string, primary, here bool) {
 	if here {
-		s.counters.served.Add(1)
+		s.counters[ctrServed].Add(1)
 	}
 	if s.cl == nil {
 		return

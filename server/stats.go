@@ -8,273 +8,285 @@ import (
 	"time"
 
 	"spillway/protocol"
+	"spillway/store"
 )
 
-// counters are the per-command statistics of memcached's "stats" reply.
-// A connection keeps its own and adds them to the server's once per batch.
-type counters struct {
-	cmdGet, cmdSet, cmdFlush, cmdTouch, cmdMeta uint64
-	getHits, getMisses                          uint64
-	deleteHits, deleteMisses                    uint64
-	incrHits, incrMisses, decrHits, decrMisses  uint64
-	casHits, casMisses, casBadval               uint64
-	touchHits, touchMisses                      uint64
-	bytesRead, bytesWritten                     uint64
-	dirty                                       bool
-}
+// stat names one of the node's counters: an index into totals (the
+// node's) and, for the first numConnStats, into counters (a connection's).
+// Where a counter is declared decides how it is counted and whether
+// "stats reset" zeroes it; what "stats" and /metrics call it is in
+// statLines. Adding a counter is a constant here and a line there.
+type stat uint8
 
-// totals are the node's counters. A connection adds its own to them once
-// per batch, touching only the fields that moved: at pipeline depth 1 a get
-// costs four atomic adds rather than a lock and twenty adds.
-type totals struct {
-	cmdGet       atomic.Uint64
-	cmdSet       atomic.Uint64
-	cmdFlush     atomic.Uint64
-	cmdTouch     atomic.Uint64
-	cmdMeta      atomic.Uint64
-	getHits      atomic.Uint64
-	getMisses    atomic.Uint64
-	deleteHits   atomic.Uint64
-	deleteMisses atomic.Uint64
-	incrHits     atomic.Uint64
-	incrMisses   atomic.Uint64
-	decrHits     atomic.Uint64
-	decrMisses   atomic.Uint64
-	casHits      atomic.Uint64
-	casMisses    atomic.Uint64
-	casBadval    atomic.Uint64
-	touchHits    atomic.Uint64
-	touchMisses  atomic.Uint64
-	bytesRead    atomic.Uint64
-	bytesWritten atomic.Uint64
-}
+// Counted by each connection in its own counters and added to the node's
+// once per batch (flushStats). "stats reset" zeroes them.
+const (
+	statCmdGet stat = iota
+	statCmdSet
+	statCmdFlush
+	statCmdTouch
+	statCmdMeta
+	statGetHits
+	statGetMisses
+	statDeleteHits
+	statDeleteMisses
+	statIncrHits
+	statIncrMisses
+	statDecrHits
+	statDecrMisses
+	statCasHits
+	statCasMisses
+	statCasBadval
+	statTouchHits
+	statTouchMisses
+	statBytesRead
+	statBytesWritten
 
+	numConnStats
+)
+
+// Counted on the node's totals directly, by whichever goroutine does the
+// work (the accept loop, fills, forwards, invalidations). "stats reset"
+// zeroes these, as memcached does.
+const (
+	ctrTotalConns stat = numConnStats + iota
+	ctrRejectedConns
+
+	numResetStats
+)
+
+// Spillway's own, counted on the node's totals directly. "stats reset"
+// leaves them alone.
+const (
+	ctrServed          stat = numResetStats + iota // reads this node answered itself, whoever the entry node was
+	ctrForwarded                                   // reads this entry node sent to another node
+	ctrForwardedWrites                             // writes this entry node sent to the key's owner
+	ctrSpilledServed                               // reads served here although another node owns the key
+	ctrPeerFetches                                 // read-throughs from an owner or previous owner
+	ctrPeerErrors                                  // peer requests that failed or timed out
+	ctrOriginFetches                               // loads from the origin
+	ctrOriginErrors                                // origin loads that failed (not misses)
+	ctrMerged                                      // reads that joined another's fill (singleflight)
+	ctrInvalidations                               // copy invalidations sent
+	// ctrLostInvalidations counts copies that may outlive a write because
+	// their holder could not be told (it did not answer in time): the one
+	// stated exception to coherence, bounded by the copy TTL.
+	ctrLostInvalidations
+	ctrRefusedWrites // writes refused here: this node does not own the key
+
+	numStats
+)
+
+// totals are the node's counters, indexed by stat. They are safe for
+// concurrent use: add with totals[id].Add.
+type totals [numStats]atomic.Uint64
+
+// counters are a connection's own counts of the first numConnStats stats.
+// They are not safe for concurrent use; flushStats hands them to the node.
+type counters [numConnStats]uint64
+
+// add adds a connection's counters to the totals and zeroes them, touching
+// only the ones that moved: at pipeline depth 1 a get costs four atomic
+// adds rather than a lock and twenty adds.
 func (t *totals) add(c *counters) {
-	if c.cmdGet != 0 {
-		t.cmdGet.Add(c.cmdGet)
-	}
-	if c.cmdSet != 0 {
-		t.cmdSet.Add(c.cmdSet)
-	}
-	if c.cmdFlush != 0 {
-		t.cmdFlush.Add(c.cmdFlush)
-	}
-	if c.cmdTouch != 0 {
-		t.cmdTouch.Add(c.cmdTouch)
-	}
-	if c.cmdMeta != 0 {
-		t.cmdMeta.Add(c.cmdMeta)
-	}
-	if c.getHits != 0 {
-		t.getHits.Add(c.getHits)
-	}
-	if c.getMisses != 0 {
-		t.getMisses.Add(c.getMisses)
-	}
-	if c.deleteHits != 0 {
-		t.deleteHits.Add(c.deleteHits)
-	}
-	if c.deleteMisses != 0 {
-		t.deleteMisses.Add(c.deleteMisses)
-	}
-	if c.incrHits != 0 {
-		t.incrHits.Add(c.incrHits)
-	}
-	if c.incrMisses != 0 {
-		t.incrMisses.Add(c.incrMisses)
-	}
-	if c.decrHits != 0 {
-		t.decrHits.Add(c.decrHits)
-	}
-	if c.decrMisses != 0 {
-		t.decrMisses.Add(c.decrMisses)
-	}
-	if c.casHits != 0 {
-		t.casHits.Add(c.casHits)
-	}
-	if c.casMisses != 0 {
-		t.casMisses.Add(c.casMisses)
-	}
-	if c.casBadval != 0 {
-		t.casBadval.Add(c.casBadval)
-	}
-	if c.touchHits != 0 {
-		t.touchHits.Add(c.touchHits)
-	}
-	if c.touchMisses != 0 {
-		t.touchMisses.Add(c.touchMisses)
-	}
-	if c.bytesRead != 0 {
-		t.bytesRead.Add(c.bytesRead)
-	}
-	if c.bytesWritten != 0 {
-		t.bytesWritten.Add(c.bytesWritten)
+	for i, n := range c {
+		if n != 0 {
+			t[i].Add(n)
+			c[i] = 0
+		}
 	}
 }
 
-func (t *totals) load() counters {
-	return counters{
-		cmdGet:       t.cmdGet.Load(),
-		cmdSet:       t.cmdSet.Load(),
-		cmdFlush:     t.cmdFlush.Load(),
-		cmdTouch:     t.cmdTouch.Load(),
-		cmdMeta:      t.cmdMeta.Load(),
-		getHits:      t.getHits.Load(),
-		getMisses:    t.getMisses.Load(),
-		deleteHits:   t.deleteHits.Load(),
-		deleteMisses: t.deleteMisses.Load(),
-		incrHits:     t.incrHits.Load(),
-		incrMisses:   t.incrMisses.Load(),
-		decrHits:     t.decrHits.Load(),
-		decrMisses:   t.decrMisses.Load(),
-		casHits:      t.casHits.Load(),
-		casMisses:    t.casMisses.Load(),
-		casBadval:    t.casBadval.Load(),
-		touchHits:    t.touchHits.Load(),
-		touchMisses:  t.touchMisses.Load(),
-		bytesRead:    t.bytesRead.Load(),
-		bytesWritten: t.bytesWritten.Load(),
-	}
-}
-
-func (t *totals) reset() {
-	t.cmdGet.Store(0)
-	t.cmdSet.Store(0)
-	t.cmdFlush.Store(0)
-	t.cmdTouch.Store(0)
-	t.cmdMeta.Store(0)
-	t.getHits.Store(0)
-	t.getMisses.Store(0)
-	t.deleteHits.Store(0)
-	t.deleteMisses.Store(0)
-	t.incrHits.Store(0)
-	t.incrMisses.Store(0)
-	t.decrHits.Store(0)
-	t.decrMisses.Store(0)
-	t.casHits.Store(0)
-	t.casMisses.Store(0)
-	t.casBadval.Store(0)
-	t.touchHits.Store(0)
-	t.touchMisses.Store(0)
-	t.bytesRead.Store(0)
-	t.bytesWritten.Store(0)
-}
-
-// stats holds the node's totals.
+// stats holds the node's connection count, the one figure that goes down.
 type stats struct {
-	total totals
-
-	currConns, totalConns, rejectedConns atomic.Int64
+	currConns atomic.Int64
 }
 
 // flushStats adds the connection's counters to the server's.
 func (c *conn) flushStats() {
-	c.local.bytesRead, c.counted.read = c.local.bytesRead+c.counted.read, 0
-	c.local.bytesWritten, c.counted.written = c.local.bytesWritten+c.counted.written, 0
-	if !c.local.dirty && c.local.bytesRead == 0 && c.local.bytesWritten == 0 {
-		return
-	}
-	c.srv.stats.total.add(&c.local)
-	c.local = counters{}
+	c.local[statBytesRead] += c.counted.read
+	c.local[statBytesWritten] += c.counted.written
+	c.counted.read, c.counted.written = 0, 0
+	c.srv.counters.add(&c.local)
 }
 
-func (s *Server) snapshot() counters { return s.stats.total.load() }
-
+// resetStats answers "stats reset".
 func (s *Server) resetStats() {
-	s.stats.total.reset()
-	s.stats.totalConns.Store(0)
-	s.stats.rejectedConns.Store(0)
+	for i := range numResetStats {
+		s.counters[i].Store(0)
+	}
 }
 
-// writeStats answers "stats" with memcached's general-purpose fields, in
-// memcached's order, followed by Spillway's own.
+// statKind says what a statLine holds and how /metrics exports it.
+type statKind uint8
+
+const (
+	kindCounter statKind = iota // only grows (until "stats reset"): a Prometheus counter
+	kindGauge                   // goes up and down: a Prometheus gauge
+	kindText                    // not a number: "stats" only
+)
+
+// statLine is one line of "stats", one Prometheus series, or both.
+type statLine struct {
+	name string // field of "stats"; "" for a series only /metrics has
+	prom string // Prometheus name; "" for a line only "stats" has
+	help string // Prometheus help
+	kind statKind
+	// value computes the figure; text, the figure of a kindText line.
+	value func(*statsView) uint64
+	text  func(*statsView) string
+}
+
+// statsView is what statLines read: everything sampled once per "stats"
+// or per scrape.
+type statsView struct {
+	s   *Server
+	t   [numStats]uint64
+	st  store.Stats
+	now time.Time
+	ru  syscall.Rusage
+}
+
+func (s *Server) statsView() *statsView {
+	v := &statsView{s: s, st: s.store.Stats(), now: s.cfg.Now()}
+	for i := range v.t {
+		v.t[i] = s.counters[i].Load()
+	}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &v.ru)
+	return v
+}
+
+// statLines are the lines of "stats", in its order: memcached's general
+// purpose fields in memcached's order, then Spillway's own; and the
+// Prometheus series, some of them under other names. Clients and the
+// conformance suite parse "stats": never reorder or rename a line.
+var statLines = []statLine{
+	infoLine("pid", func(*statsView) uint64 { return uint64(pid) }),
+	infoLine("uptime", func(v *statsView) uint64 { return uint64(v.now.Sub(v.s.start) / time.Second) }),
+	infoLine("time", func(v *statsView) uint64 { return uint64(v.now.Unix()) }),
+	textLine("version", func(*statsView) string { return Version }),
+	textLine("libevent", func(*statsView) string { return "none" }),
+	infoLine("pointer_size", func(*statsView) uint64 { return strconv.IntSize }),
+	textLine("rusage_user", func(v *statsView) string { return timeval(v.ru.Utime) }),
+	textLine("rusage_system", func(v *statsView) string { return timeval(v.ru.Stime) }),
+	infoLine("max_connections", func(v *statsView) uint64 { return uint64(v.s.cfg.MaxConns) }),
+	gaugeLine("curr_connections", "spillway_curr_connections", "Open client connections.", currConns),
+	counterLine(ctrTotalConns, "total_connections", "spillway_connections_total", "Client connections accepted."),
+	counterLine(ctrRejectedConns, "rejected_connections", "spillway_rejected_connections_total", "Client connections refused over max_connections."),
+	infoLine("connection_structures", currConns),
+	counterLine(statCmdGet, "cmd_get", "spillway_cmd_get_total", "Keys asked for by get, gets, gat, gats and mg."),
+	counterLine(statCmdSet, "cmd_set", "spillway_cmd_set_total", "Storage commands."),
+	counterLine(statCmdFlush, "cmd_flush", "spillway_cmd_flush_total", "flush_all commands."),
+	counterLine(statCmdTouch, "cmd_touch", "spillway_cmd_touch_total", "Keys touched by touch, gat, gats and mg T."),
+	counterLine(statCmdMeta, "cmd_meta", "spillway_cmd_meta_total", "Meta commands."),
+	counterLine(statGetHits, "get_hits", "spillway_get_hits_total", "Keys asked for and found."),
+	counterLine(statGetMisses, "get_misses", "spillway_get_misses_total", "Keys asked for and not found."),
+	infoLine("get_expired", func(v *statsView) uint64 { return v.st.GetExpired }),
+	infoLine("get_flushed", func(v *statsView) uint64 { return v.st.GetFlushed }),
+	counterLine(statDeleteMisses, "delete_misses", "spillway_delete_misses_total", "Deletes of a missing key."),
+	counterLine(statDeleteHits, "delete_hits", "spillway_delete_hits_total", "Deletes of a key held."),
+	counterLine(statIncrMisses, "incr_misses", "spillway_incr_misses_total", "Increments of a missing key."),
+	counterLine(statIncrHits, "incr_hits", "spillway_incr_hits_total", "Increments of a key held."),
+	counterLine(statDecrMisses, "decr_misses", "spillway_decr_misses_total", "Decrements of a missing key."),
+	counterLine(statDecrHits, "decr_hits", "spillway_decr_hits_total", "Decrements of a key held."),
+	counterLine(statCasMisses, "cas_misses", "spillway_cas_misses_total", "Compare-and-swaps of a missing key."),
+	counterLine(statCasHits, "cas_hits", "spillway_cas_hits_total", "Compare-and-swaps that stored."),
+	counterLine(statCasBadval, "cas_badval", "spillway_cas_badval_total", "Compare-and-swaps refused: the key changed."),
+	counterLine(statTouchHits, "touch_hits", "spillway_touch_hits_total", "Touches of a key held."),
+	counterLine(statTouchMisses, "touch_misses", "spillway_touch_misses_total", "Touches of a missing key."),
+	infoLine("auth_cmds", zero),
+	infoLine("auth_errors", zero),
+	counterLine(statBytesRead, "bytes_read", "spillway_bytes_read_total", "Bytes read from client connections."),
+	counterLine(statBytesWritten, "bytes_written", "spillway_bytes_written_total", "Bytes written to client connections."),
+	infoLine("limit_maxbytes", func(v *statsView) uint64 { return uint64(v.s.cfg.MaxBytes) }),
+	infoLine("accepting_conns", func(v *statsView) uint64 { return boolUint(!v.s.closing.Load()) }),
+	infoLine("threads", func(*statsView) uint64 { return uint64(runtime.GOMAXPROCS(0)) }),
+	infoLine("conn_yields", zero),
+	gaugeLine("bytes", "spillway_store_bytes", "Bytes counted against the memory limit.", func(v *statsView) uint64 { return uint64(v.st.Bytes) }),
+	gaugeLine("curr_items", "spillway_store_items", "Items in the owned store.", func(v *statsView) uint64 { return uint64(v.st.CurrItems) }),
+	infoLine("total_items", func(v *statsView) uint64 { return v.st.TotalItems }),
+	counterFuncLine("evictions", "spillway_store_evictions_total", "Items evicted from the owned store under memory pressure.", func(v *statsView) uint64 { return v.st.Evictions }),
+	infoLine("reclaimed", func(v *statsView) uint64 { return v.st.Reclaimed }),
+	counterFuncLine("", "spillway_store_hits_total", "Owned-store hits.", func(v *statsView) uint64 { return v.st.Hits }),
+	counterFuncLine("", "spillway_store_misses_total", "Owned-store misses.", func(v *statsView) uint64 { return v.st.Misses }),
+
+	gaugeLine("cluster_nodes", "spillway_cluster_nodes", "Members in this node's ring.", func(v *statsView) uint64 {
+		if v.s.cl == nil {
+			return 1
+		}
+		return uint64(v.s.cl.view.Load().ring.Len())
+	}),
+	counterFuncLine("served", "spillway_served_total", "Reads this node answered itself, whoever the entry node was.", func(v *statsView) uint64 {
+		if !v.s.routed() {
+			// A node with no cluster and no origin serves every read itself.
+			return v.t[statCmdGet]
+		}
+		return v.t[ctrServed]
+	}),
+	counterLine(ctrForwarded, "forwarded", "spillway_forwarded_total", "Reads this entry node forwarded to another node."),
+	counterLine(ctrForwardedWrites, "forwarded_writes", "spillway_forwarded_writes_total", "Writes this entry node forwarded to the key's owner."),
+	counterLine(ctrSpilledServed, "spilled_served", "spillway_spilled_served_total", "Reads served here although another node owns the key."),
+	counterLine(ctrPeerFetches, "peer_fetches", "spillway_peer_fetches_total", "Read-throughs from a key's owner or previous owner."),
+	counterLine(ctrPeerErrors, "peer_errors", "spillway_peer_errors_total", "Peer requests that failed or timed out."),
+	counterLine(ctrOriginFetches, "origin_fetches", "spillway_origin_fetches_total", "Loads from the origin."),
+	counterLine(ctrOriginErrors, "origin_errors", "spillway_origin_errors_total", "Origin loads that failed."),
+	counterLine(ctrMerged, "singleflight_merged", "spillway_singleflight_merged_total", "Reads that waited for another read's fill of the same key."),
+	gaugeLine("copies", "spillway_copies", "Copies of other nodes' keys held here.", func(v *statsView) uint64 {
+		if v.s.cl == nil {
+			return 0
+		}
+		return uint64(v.s.cl.copies.Stats().CurrItems)
+	}),
+	counterLine(ctrInvalidations, "invalidations", "spillway_invalidations_total", "Copy invalidations sent to other nodes."),
+	counterLine(ctrLostInvalidations, "lost_invalidations", "spillway_lost_invalidations_total", "Copies that may outlive a write because their holder could not be told in time (served at most until the copy TTL)."),
+	counterLine(ctrRefusedWrites, "refused_writes", "spillway_refused_writes_total", "Writes refused because this node does not own the key in its view."),
+}
+
+// counterLine is the line of a counter in totals.
+func counterLine(id stat, name, prom, help string) statLine {
+	return counterFuncLine(name, prom, help, func(v *statsView) uint64 { return v.t[id] })
+}
+
+// counterFuncLine is a figure that only grows, computed.
+func counterFuncLine(name, prom, help string, f func(*statsView) uint64) statLine {
+	return statLine{name, prom, help, kindCounter, f, nil}
+}
+
+// gaugeLine is a line that goes up and down, on /metrics too.
+func gaugeLine(name, prom, help string, f func(*statsView) uint64) statLine {
+	return statLine{name, prom, help, kindGauge, f, nil}
+}
+
+// infoLine is a number only "stats" shows.
+func infoLine(name string, f func(*statsView) uint64) statLine {
+	return statLine{name: name, kind: kindGauge, value: f}
+}
+
+// textLine is a line only "stats" shows that is not a number.
+func textLine(name string, f func(*statsView) string) statLine {
+	return statLine{name: name, kind: kindText, text: f}
+}
+
+func zero(*statsView) uint64 { return 0 }
+
+func currConns(v *statsView) uint64 { return uint64(v.s.stats.currConns.Load()) }
+
+// writeStats answers "stats": one line for each named statLine, in order.
 func (c *conn) writeStats() {
-	s := c.srv
 	c.flushStats()
-	t := s.snapshot()
-	st := s.store.Stats()
-	now := s.cfg.Now()
+	v := c.srv.statsView()
 	w := c.w
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-
-	w.StatUint("pid", uint64(pid))
-	w.StatUint("uptime", uint64(now.Sub(s.start)/time.Second))
-	w.StatUint("time", uint64(now.Unix()))
-	w.Stat("version", Version)
-	w.Stat("libevent", "none")
-	w.StatUint("pointer_size", strconv.IntSize)
-	w.Stat("rusage_user", timeval(ru.Utime))
-	w.Stat("rusage_system", timeval(ru.Stime))
-	w.StatUint("max_connections", uint64(s.cfg.MaxConns))
-	w.StatUint("curr_connections", uint64(s.stats.currConns.Load()))
-	w.StatUint("total_connections", uint64(s.stats.totalConns.Load()))
-	w.StatUint("rejected_connections", uint64(s.stats.rejectedConns.Load()))
-	w.StatUint("connection_structures", uint64(s.stats.currConns.Load()))
-	w.StatUint("cmd_get", t.cmdGet)
-	w.StatUint("cmd_set", t.cmdSet)
-	w.StatUint("cmd_flush", t.cmdFlush)
-	w.StatUint("cmd_touch", t.cmdTouch)
-	w.StatUint("cmd_meta", t.cmdMeta)
-	w.StatUint("get_hits", t.getHits)
-	w.StatUint("get_misses", t.getMisses)
-	w.StatUint("get_expired", st.GetExpired)
-	w.StatUint("get_flushed", st.GetFlushed)
-	w.StatUint("delete_misses", t.deleteMisses)
-	w.StatUint("delete_hits", t.deleteHits)
-	w.StatUint("incr_misses", t.incrMisses)
-	w.StatUint("incr_hits", t.incrHits)
-	w.StatUint("decr_misses", t.decrMisses)
-	w.StatUint("decr_hits", t.decrHits)
-	w.StatUint("cas_misses", t.casMisses)
-	w.StatUint("cas_hits", t.casHits)
-	w.StatUint("cas_badval", t.casBadval)
-	w.StatUint("touch_hits", t.touchHits)
-	w.StatUint("touch_misses", t.touchMisses)
-	w.StatUint("auth_cmds", 0)
-	w.StatUint("auth_errors", 0)
-	w.StatUint("bytes_read", t.bytesRead)
-	w.StatUint("bytes_written", t.bytesWritten)
-	w.StatUint("limit_maxbytes", uint64(s.cfg.MaxBytes))
-	w.StatUint("accepting_conns", boolUint(!s.closing.Load()))
-	w.StatUint("threads", uint64(runtime.GOMAXPROCS(0)))
-	w.StatUint("conn_yields", 0)
-	w.StatUint("bytes", uint64(st.Bytes))
-	w.StatUint("curr_items", uint64(st.CurrItems))
-	w.StatUint("total_items", uint64(st.TotalItems))
-	w.StatUint("evictions", uint64(st.Evictions))
-	w.StatUint("reclaimed", st.Reclaimed)
-	s.writeClusterCounters(w)
+	for i := range statLines {
+		l := &statLines[i]
+		switch {
+		case l.name == "":
+		case l.kind == kindText:
+			w.Stat(l.name, l.text(v))
+		default:
+			w.StatUint(l.name, l.value(v))
+		}
+	}
 	w.Status(protocol.End)
-}
-
-// writeClusterCounters adds Spillway's own lines to "stats".
-func (s *Server) writeClusterCounters(w *protocol.Writer) {
-	c := &s.counters
-	nodes, copies := uint64(1), uint64(0)
-	if s.cl != nil {
-		nodes = uint64(s.cl.view.Load().ring.Len())
-		copies = uint64(s.cl.copies.Stats().CurrItems)
-	}
-	w.StatUint("cluster_nodes", nodes)
-	served := c.served.Load()
-	if !s.routed() {
-		// A node with no cluster and no origin serves every read itself.
-		served = s.snapshot().cmdGet
-	}
-	w.StatUint("served", served)
-	w.StatUint("forwarded", c.forwarded.Load())
-	w.StatUint("forwarded_writes", c.forwardedWrites.Load())
-	w.StatUint("spilled_served", c.spilledServed.Load())
-	w.StatUint("peer_fetches", c.peerFetches.Load())
-	w.StatUint("peer_errors", c.peerErrors.Load())
-	w.StatUint("origin_fetches", c.originFetches.Load())
-	w.StatUint("origin_errors", c.originErrors.Load())
-	w.StatUint("singleflight_merged", c.merged.Load())
-	w.StatUint("copies", copies)
-	w.StatUint("invalidations", c.invalidations.Load())
-	w.StatUint("lost_invalidations", c.lostInvalidations.Load())
-	w.StatUint("refused_writes", c.refusedWrites.Load())
 }
 
 // writeClusterStats answers "stats cluster": one group of lines per

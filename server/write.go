@@ -53,10 +53,10 @@ func (c *conn) claimWrite(req *protocol.Request, attempt int) bool {
 	case held:
 		return true
 	case owner == "":
-		s.counters.refusedWrites.Add(1)
+		s.counters[ctrRefusedWrites].Add(1)
 		c.failWrite(req, errHandoff)
 	case c.peer:
-		s.counters.refusedWrites.Add(1)
+		s.counters[ctrRefusedWrites].Add(1)
 		c.w.Line(notOwnerReply + " " + owner)
 	default:
 		if next := c.forwardWrite(owner, req); next == cl.self && attempt == 0 {
@@ -199,14 +199,14 @@ func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool) 
 	if pc == nil {
 		return nil, nil, errNoPeer
 	}
-	s.counters.forwardedWrites.Add(1)
+	s.counters[ctrForwardedWrites].Add(1)
 	if quiet {
 		reply, value, err = pc.exchangeQuiet(line, data)
 	} else {
 		reply, value, err = pc.exchange(line, data)
 	}
 	if err != nil {
-		s.counters.peerErrors.Add(1)
+		s.counters[ctrPeerErrors].Add(1)
 	}
 	return reply, value, err
 }
@@ -244,7 +244,7 @@ func (s *Server) invalidate(key string, prev <-chan struct{}) {
 			continue
 		}
 		pending[id] = true
-		s.counters.invalidations.Add(1)
+		s.counters[ctrInvalidations].Add(1)
 		go func() {
 			_, _, err := pc.exchange(line, nil)
 			answers <- answer{id, err}
@@ -259,7 +259,7 @@ func (s *Server) invalidate(key string, prev <-chan struct{}) {
 		case a := <-answers:
 			delete(pending, a.node)
 			if a.err != nil {
-				s.counters.peerErrors.Add(1)
+				s.counters[ctrPeerErrors].Add(1)
 				s.lostInvalidation(key, a.node, a.err)
 			}
 		case <-timer.C:
@@ -276,7 +276,7 @@ var errInvalidateTimeout = errors.New("no answer within the invalidation timeout
 
 // lostInvalidation counts and logs a copy that may outlive a write.
 func (s *Server) lostInvalidation(what, node string, err error) {
-	s.counters.lostInvalidations.Add(1)
+	s.counters[ctrLostInvalidations].Add(1)
 	s.cfg.Logger.Warn("invalidation lost: a copy may be served until the copy TTL", "key", what, "holder", node, "err", err)
 }
 
@@ -297,7 +297,7 @@ func (s *Server) broadcast(line string) (failed, total int) {
 				mu.Lock()
 				failed++
 				mu.Unlock()
-				s.counters.peerErrors.Add(1)
+				s.counters[ctrPeerErrors].Add(1)
 				s.cfg.Logger.Warn("flush_all did not reach a node", "node", id, "err", err, "reply", string(reply))
 			}
 		})
