@@ -805,3 +805,22 @@ func TestCoherenceRestartAtNewAddress(t *testing.T) {
 		return true
 	})
 }
+
+// A write through another node to a node that is leaving gets an answer:
+// the leaver refuses and names the entry node, whose own view still names
+// the leaver, and the entry node then answers the client with an error
+// rather than nothing (found by review: the client waited forever).
+func TestCoherenceWriteDuringOwnersLeaveIsAnswered(t *testing.T) {
+	nodes := startCluster(t, 2, clusterOpts{})
+	key := keyOwnedBy(t, nodes[1], "lv", "node0")
+	nodes[0].srv.cl.leave() // node0 owns nothing; node1 has not heard yet
+	c := dialRaw(t, nodes[1].addr)
+	c.send("set " + key + " 0 0 1\r\nx\r\n")
+	if got := c.line(); got != "SERVER_ERROR "+errHandoff.Error() {
+		t.Fatalf("set during the owner's leave: %q", got)
+	}
+	c.send("set " + key + " 0 0 1 noreply\r\nx\r\nmn\r\n")
+	if got := c.line(); got != "MN" {
+		t.Fatalf("noreply set during the owner's leave, then mn: %q", got)
+	}
+}

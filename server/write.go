@@ -58,8 +58,15 @@ func (c *conn) claimWrite(req *protocol.Request, attempt int) bool {
 	case c.peer:
 		s.counters[ctrRefusedWrites].Add(1)
 		c.w.Line(notOwnerReply + " " + owner)
+	case attempt > 0:
+		// The owner in this node's view refused and named this node;
+		// this node's view still names that one: views disagree, and
+		// the hand-off will settle it. Answer, never leave the client
+		// waiting.
+		s.counters[ctrRefusedWrites].Add(1)
+		c.failWrite(req, errHandoff)
 	default:
-		if next := c.forwardWrite(owner, req); next == cl.self && attempt == 0 {
+		if next := c.forwardWrite(owner, req); next == cl.self {
 			return c.claimWrite(req, 1)
 		}
 	}
