@@ -135,6 +135,10 @@ type cluster struct {
 	// settled is the last ring whose hand-off completed: keys this node
 	// owns now and did not own in it wait for the hand-off.
 	settled *ring.Ring
+	// unconfirmed holds the members whose gossip had not told them of
+	// this node when they last answered its fence: renewFences fences
+	// them again until it has.
+	unconfirmed map[string]bool
 	leaving bool
 	warned  map[string]bool // members already logged as incompatible
 
@@ -177,7 +181,7 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	rand.Read(b[:])
 	cl := &cluster{cfg: cfg, srv: srv, log: srv.cfg.Logger, picker: picker, copies: copies,
 		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: hex.EncodeToString(b[:]),
-		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string), warned: make(map[string]bool),
+		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}
 	cl.view.Store(&view{ring: ring.New(nil, ring.Config{}), done: closedChan})
 	cfg.Peers.Meta.Boot = cl.boot
@@ -206,8 +210,9 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cl.gossip = p.Ring()
 	cl.installLocked()
 	cl.mu.Unlock()
-	cl.tasks.Add(1)
+	cl.tasks.Add(2)
 	go cl.apply()
+	go cl.tend()
 	return cl, nil
 }
 

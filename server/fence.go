@@ -68,14 +68,11 @@ func (cl *cluster) selfMeta() peers.Meta {
 // later view replaces v: that view settles on its own.
 func (cl *cluster) settle(v *view) {
 	defer cl.tasks.Done()
-	msg := fenceMsg{ID: cl.self, Meta: cl.selfMeta()}
-	for _, n := range v.ring.Nodes() {
-		msg.Members = append(msg.Members, n.ID)
-	}
-	payload, _ := json.Marshal(msg)
+	payload := cl.fencePayload(v)
 
 	var mu sync.Mutex
 	learned := make(map[string]peers.Meta)
+	unknown := make(map[string]bool) // members whose gossip has not told them of this node
 	var wg sync.WaitGroup
 	for id, pc := range v.clients {
 		mustAnswer := v.base.Has(id) // it may have owned a key this node gained
@@ -88,6 +85,7 @@ func (cl *cluster) settle(v *view) {
 				}
 				if err == nil {
 					mu.Lock()
+					unknown[id] = !reply.Known
 					for mid, m := range reply.Members {
 						if mid != cl.self && !v.ring.Has(mid) {
 							learned[mid] = m
@@ -117,6 +115,13 @@ func (cl *cluster) settle(v *view) {
 
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	for id, u := range unknown {
+		if u {
+			cl.unconfirmed[id] = true
+		} else {
+			delete(cl.unconfirmed, id)
+		}
+	}
 	if cl.view.Load() != v {
 		return
 	}
@@ -137,6 +142,52 @@ func (cl *cluster) settle(v *view) {
 	}
 	cl.settled = v.ring
 	close(v.done)
+}
+
+// fencePayload is the fence this node sends in view v.
+func (cl *cluster) fencePayload(v *view) []byte {
+	msg := fenceMsg{ID: cl.self, Meta: cl.selfMeta()}
+	for _, n := range v.ring.Nodes() {
+		msg.Members = append(msg.Members, n.ID)
+	}
+	payload, _ := json.Marshal(msg)
+	return payload
+}
+
+// renewFences fences again the members that had not heard of this node
+// from gossip at its last fence. A fence lapses after FenceTTL, and gossip
+// can take longer than that (a name that comes back at another address
+// waits for its old run's death and for a push-pull); the fence holds
+// until gossip catches up.
+func (cl *cluster) renewFences() {
+	cl.mu.Lock()
+	v := cl.view.Load()
+	todo := make(map[string]*peerClient)
+	for id := range cl.unconfirmed {
+		if pc := v.clients[id]; pc != nil {
+			todo[id] = pc
+		} else {
+			delete(cl.unconfirmed, id)
+		}
+	}
+	cl.mu.Unlock()
+	if len(todo) == 0 {
+		return
+	}
+	payload := cl.fencePayload(v)
+	for id, pc := range todo {
+		cl.tasks.Go(func() {
+			reply, err := cl.fence(pc, payload)
+			if err != nil {
+				return
+			}
+			cl.mu.Lock()
+			if reply.Known {
+				delete(cl.unconfirmed, id)
+			}
+			cl.mu.Unlock()
+		})
+	}
 }
 
 // fence sends one fence and reads the answer.

@@ -52,9 +52,10 @@ func (cl *cluster) onChange(r *ring.Ring) {
 	}
 }
 
-// apply installs the rings onChange hands over, one at a time, and lets
-// fences that gossip never confirmed lapse, until close.
-func (cl *cluster) apply() {
+// tend lets fences that gossip never confirmed lapse, and renews this
+// node's own fences where gossip has not caught up, until close. It runs
+// apart from apply, whose gossip may be held back.
+func (cl *cluster) tend() {
 	defer cl.tasks.Done()
 	tick := time.NewTicker(max(cl.cfg.FenceTTL/4, 10*time.Millisecond))
 	defer tick.Stop()
@@ -66,6 +67,19 @@ func (cl *cluster) apply() {
 			cl.mu.Lock()
 			cl.installLocked()
 			cl.mu.Unlock()
+			cl.renewFences()
+		}
+	}
+}
+
+// apply installs the rings onChange hands over, one at a time, until
+// close.
+func (cl *cluster) apply() {
+	defer cl.tasks.Done()
+	for {
+		select {
+		case <-cl.stop:
+			return
 		case r := <-cl.next:
 			if cl.cfg.viewGate != nil {
 				ids := make([]string, 0, r.Len())
