@@ -139,8 +139,8 @@ type cluster struct {
 	// this node when they last answered its fence: renewFences fences
 	// them again until it has.
 	unconfirmed map[string]bool
-	leaving bool
-	warned  map[string]bool // members already logged as incompatible
+	leaving     bool
+	warned      map[string]bool // members already logged as incompatible
 
 	// next holds the latest ring gossip reported and not yet installed;
 	// the applier goroutine installs it (only the latest: intermediate
