@@ -32,7 +32,11 @@ type holder struct {
 // (a lost invalidation is bounded by the copy TTL anyway).
 const maxHolderKeys = 1 << 20
 
-func (h *holders) add(key string, node uint64, now time.Time, ttl time.Duration) {
+//
+// It returns how many holders it forgot to stay within maxHolderKeys:
+// their copies live out their TTL instead of being invalidated, which the
+// caller counts as lost invalidations.
+func (h *holders) add(key string, node uint64, now time.Time, ttl time.Duration) (forgot int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m == nil {
@@ -42,7 +46,7 @@ func (h *holders) add(key string, node uint64, now time.Time, ttl time.Duration)
 	for i := range hs {
 		if hs[i].node == node {
 			hs[i].at = now
-			return
+			return 0
 		}
 	}
 	h.m[key] = append(hs, holder{node: node, at: now})
@@ -50,14 +54,15 @@ func (h *holders) add(key string, node uint64, now time.Time, ttl time.Duration)
 	if h.n > 4096 || len(h.m) > maxHolderKeys {
 		h.sweepLocked(now, ttl)
 	}
-	// Still full of live entries: forget some. Their copies then live
-	// out their TTL instead of being invalidated.
-	for k := range h.m {
+	// Still full of live entries: forget some.
+	for k, hs := range h.m {
 		if len(h.m) <= maxHolderKeys {
 			break
 		}
+		forgot += len(hs)
 		delete(h.m, k)
 	}
+	return forgot
 }
 
 // take removes and returns the nodes that may hold a live copy of key.

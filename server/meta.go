@@ -172,7 +172,10 @@ func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) 
 		}
 		// Register the holder before reading: a write that lands after
 		// the read then finds it and invalidates the copy.
-		s.cl.holders.add(key, node, s.cfg.Now(), s.cl.cfg.CopyTTL)
+		if forgot := s.cl.holders.add(key, node, s.cfg.Now(), s.cl.cfg.CopyTTL); forgot > 0 {
+			s.counters[ctrLostInvalidations].Add(uint64(forgot))
+			s.cfg.Logger.Warn("copy holder registry full: forgot holders, whose copies live until the copy TTL", "forgot", forgot)
+		}
 		r = s.fillForPeer(key)
 	case tagWarm:
 		// The owned store whoever owns the key now: the store's Valid
