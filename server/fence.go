@@ -261,7 +261,11 @@ func (cl *cluster) onDeclaredDead(boot []byte) []byte {
 		return []byte("other incarnation")
 	}
 	cl.log.Warn("the cluster declared this node dead; dropping every item it held")
-	cl.srv.flushLocal(0)
+	// Not through Server.flushLocal: this can run while New is still
+	// joining, before the server knows its cluster.
+	cl.srv.gens.bumpAll()
+	cl.srv.store.Flush(0)
+	cl.copies.Flush(0)
 	return []byte("flushed")
 }
 
