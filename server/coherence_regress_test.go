@@ -127,20 +127,31 @@ func keyOwnedBy(t testing.TB, nd *testNode, prefix, owner string) string {
 	return ""
 }
 
+// joinAfterOld starts two nodes, sets n keys prefix0.. to "old" through
+// node0, then starts node2 and waits until the three have converged. It
+// returns the nodes, the keys and each key's owner before the join.
+func joinAfterOld(t *testing.T, o clusterOpts, prefix string, n int) ([]*testNode, []string, map[string]string) {
+	t.Helper()
+	nodes := startCluster(t, 2, o)
+	keys := keyRange(prefix, n)
+	w := dialRaw(t, nodes[0].addr)
+	before := make(map[string]string, n)
+	for _, k := range keys {
+		rawSet(t, w, k, "old", 0)
+		before[k] = ownerOn(nodes[0], k)
+	}
+	nodes = append(nodes, startNode(t, "node2", nodes, o))
+	waitConverged(t, nodes)
+	return nodes, keys, before
+}
+
 // ---- finding 1 ----
 
 // A node that lost a key to a joining node must not serve its stored item
 // as its own, after the join nor after the joiner leaves again.
 func TestCoherenceMovedKeyNotServedAsOwned(t *testing.T) {
 	o := clusterOpts{picker: ring.PickerConfig{Epsilon: math.Inf(1)}}
-	nodes := startCluster(t, 2, o)
-	keys := keyRange("c1k", 100)
-	w := dialRaw(t, nodes[0].addr)
-	for _, k := range keys {
-		rawSet(t, w, k, "old", 0)
-	}
-	nodes = append(nodes, startNode(t, "node2", nodes, o))
-	waitConverged(t, nodes)
+	nodes, keys, _ := joinAfterOld(t, o, "c1k", 100)
 	moved := 0
 	for _, k := range keys {
 		if ownerOn(nodes[0], k) == "node2" {
@@ -183,14 +194,7 @@ func TestCoherenceOwnerGraceRevivesOverwritten(t *testing.T) {
 				picker: ring.PickerConfig{Epsilon: math.Inf(1)},
 				tune:   func(_ string, cfg *Config) { cfg.Cluster.OwnerGrace = grace },
 			}
-			nodes := startCluster(t, 2, o)
-			keys := keyRange("c2k", 100)
-			w := dialRaw(t, nodes[0].addr)
-			for _, k := range keys {
-				rawSet(t, w, k, "old", 0)
-			}
-			nodes = append(nodes, startNode(t, "node2", nodes, o))
-			waitConverged(t, nodes)
+			nodes, keys, _ := joinAfterOld(t, o, "c2k", 100)
 			joined := time.Now()
 			var moved []string
 			for _, k := range keys {
@@ -523,16 +527,7 @@ func TestCoherenceWarmFillFencedByDelete(t *testing.T) {
 			}
 		},
 	}
-	nodes := startCluster(t, 2, o)
-	keys := keyRange("c4w", 200)
-	w := dialRaw(t, nodes[0].addr)
-	before := map[string]string{}
-	for _, k := range keys {
-		rawSet(t, w, k, "old", 0)
-		before[k] = ownerOn(nodes[0], k)
-	}
-	nodes = append(nodes, startNode(t, "node2", nodes, o))
-	waitConverged(t, nodes)
+	nodes, keys, before := joinAfterOld(t, o, "c4w", 200)
 	key := ""
 	for _, k := range keys {
 		if before[k] == "node0" && ownerOn(nodes[2], k) == "node2" {
@@ -723,16 +718,7 @@ func TestCoherenceCopyExpiryNotPastItem(t *testing.T) {
 // that expires it is not undone by the next warm read.
 func TestCoherenceTouchGatDuringGrace(t *testing.T) {
 	o := clusterOpts{picker: ring.PickerConfig{Epsilon: math.Inf(1)}}
-	nodes := startCluster(t, 2, o)
-	keys := keyRange("c7g", 200)
-	w := dialRaw(t, nodes[0].addr)
-	before := map[string]string{}
-	for _, k := range keys {
-		rawSet(t, w, k, "old", 0)
-		before[k] = ownerOn(nodes[0], k)
-	}
-	nodes = append(nodes, startNode(t, "node2", nodes, o))
-	waitConverged(t, nodes)
+	nodes, keys, before := joinAfterOld(t, o, "c7g", 200)
 	var moved []string
 	for _, k := range keys {
 		if before[k] != "node2" && ownerOn(nodes[2], k) == "node2" {
