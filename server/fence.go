@@ -36,8 +36,16 @@ import (
 //     keeps items of the keys B held, but the view history (ownership.go)
 //     refuses them, since A did not own them throughout.
 //   - A member that gossip declared dead comes back (a partition healed):
-//     each node that saw it dead tells it so before routing to it again
-//     (tellReturning), and it drops everything it owned.
+//     it drops everything it owned as soon as it refutes the dead message
+//     (peers.Config.OnDeclaredDead), and each node that saw it dead also
+//     tells it so before routing to it again (tellReturning), or in the
+//     reply to its fence.
+//   - A member restarts under its name at another address: its fence
+//     carries its new boot ID and address, which win over gossip's meta of
+//     the old run until gossip catches up; the fence is renewed
+//     (renewFences) while gossip lags, so it does not lapse.
+//   - A fence reply names a member that gossip here saw go: it is not
+//     brought back (the member that named it lags).
 
 // fenceMsg is what a node that gained keys tells every member.
 type fenceMsg struct {
@@ -261,6 +269,7 @@ func (cl *cluster) onDeclaredDead(boot []byte) []byte {
 		return []byte("other incarnation")
 	}
 	cl.log.Warn("the cluster declared this node dead; dropping every item it held")
+	cl.srv.counters[ctrDeclaredDead].Add(1)
 	// Not through Server.flushLocal: this can run while New is still
 	// joining, before the server knows its cluster.
 	cl.srv.gens.bumpAll()

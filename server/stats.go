@@ -73,6 +73,7 @@ const (
 	// stated exception to coherence, bounded by the copy TTL.
 	ctrLostInvalidations
 	ctrRefusedWrites // writes refused here: this node does not own the key
+	ctrDeclaredDead  // times this node learned the others had declared it dead (it dropped all it held)
 
 	numStats
 )
@@ -240,6 +241,7 @@ var statLines = []statLine{
 	counterLine(ctrInvalidations, "invalidations", "spillway_invalidations_total", "Copy invalidations sent to other nodes."),
 	counterLine(ctrLostInvalidations, "lost_invalidations", "spillway_lost_invalidations_total", "Copies that may outlive a write because their holder could not be told in time (served at most until the copy TTL)."),
 	counterLine(ctrRefusedWrites, "refused_writes", "spillway_refused_writes_total", "Writes refused because this node does not own the key in its view."),
+	counterLine(ctrDeclaredDead, "declared_dead", "spillway_declared_dead_total", "Times this node learned the others had declared it dead, and dropped every item it held."),
 }
 
 // counterLine is the line of a counter in totals.
