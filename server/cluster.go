@@ -132,6 +132,9 @@ type cluster struct {
 	// ID).
 	boots map[string]string
 	gone  map[string]string
+	// gossipBoots is the boot ID gossip gave each member of its ring at
+	// the last install (boots may hold a newer one, from a fence).
+	gossipBoots map[string]string
 	// settled is the last ring whose hand-off completed: keys this node
 	// owns now and did not own in it wait for the hand-off.
 	settled *ring.Ring

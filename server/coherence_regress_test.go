@@ -791,6 +791,23 @@ func TestCoherenceRestartAtNewAddress(t *testing.T) {
 		}
 		return true
 	})
+	// When gossip declares the old run dead, the others keep the new run
+	// (found by review: they took the new run's boot for the one that
+	// died, dropped its fence, and both sides owned its keys).
+	boot := nodes[2].srv.cl.boot
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, nd := range nodes[:2] {
+			cl := nd.srv.cl
+			cl.mu.Lock()
+			in, b := cl.view.Load().ring.Has("node2"), cl.boots["node2"]
+			cl.mu.Unlock()
+			if !in || b != boot {
+				t.Fatalf("%s: node2's new run in view %v (boot %s, want %s)", cl.self, in, b, boot)
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // A write through another node to a node that is leaving gets an answer:

@@ -107,7 +107,9 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 	if old := cl.gossip; old != nil {
 		for _, n := range old.Nodes() {
 			if !r.Has(n.ID) && n.ID != cl.self {
-				cl.gone[n.ID] = cl.boots[n.ID]
+				// The run gossip saw go, not a later one this node
+				// learned of from its fence.
+				cl.gone[n.ID] = cl.gossipBoots[n.ID]
 			}
 		}
 	}
@@ -137,6 +139,7 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers.Meta) {
 	metas := make(map[string]peers.Meta)
 	gossipBoot := make(map[string]string)
+	defer func() { cl.gossipBoots = gossipBoot }()
 	var nodes []ring.Node
 	if cl.gossip != nil {
 		for _, n := range cl.gossip.Nodes() {
