@@ -413,9 +413,12 @@ func rawGetReply(t testing.TB, c *rawConn, key string) (string, bool) {
 // holdProxy forwards TCP to target; once armed, the first connection that
 // sends a request containing match gets its replies held until release.
 type holdProxy struct {
-	ln      net.Listener
-	target  atomic.Pointer[string] // set before the first connection
-	match   atomic.Pointer[string]
+	ln     net.Listener
+	target atomic.Pointer[string] // set before the first connection
+	match  atomic.Pointer[string]
+	// drop, if set, makes the proxy drop every request that matches
+	// (closing its connection) instead of holding the first one's reply.
+	drop    atomic.Bool
 	held    chan struct{}
 	release chan struct{}
 	relOnce sync.Once
@@ -478,6 +481,10 @@ func (p *holdProxy) accept() {
 			for {
 				n, err := c.Read(buf)
 				if n > 0 {
+					if m := p.match.Load(); m != nil && p.drop.Load() && bytes.Contains(buf[:n], []byte(*m)) {
+						c.Close()
+						return
+					}
 					if m := p.match.Load(); m != nil && bytes.Contains(buf[:n], []byte(*m)) && p.match.CompareAndSwap(m, nil) {
 						hold.Store(true)
 						p.held <- struct{}{}
@@ -557,6 +564,45 @@ func TestCoherenceWarmFillFencedByDelete(t *testing.T) {
 	for _, nd := range nodes {
 		if v, hit := rawGetValue(t, dialRaw(t, nd.addr), key); hit {
 			t.Errorf("after delete %s was acknowledged, get via %s = %q: the warm fill from node0 that started before it kept the deleted value", key, nd.srv.ID(), v)
+		}
+	}
+}
+
+// A write at a key's new owner that cannot clear the previous owner's item
+// (the previous owner is still a member but does not answer) is not
+// acknowledged: a later miss here would warm the old value back (found by
+// review: a delete was acked, and the next get returned the deleted value).
+func TestCoherenceWriteNotAckedUnlessPreviousOwnerCleared(t *testing.T) {
+	proxy := newHoldProxy(t)
+	o := clusterOpts{
+		picker: ring.PickerConfig{Epsilon: math.Inf(1)},
+		tune: func(name string, cfg *Config) {
+			if name == "node0" {
+				target := cfg.Cluster.Peers.Meta.Peer
+				proxy.target.Store(&target)
+				cfg.Cluster.Peers.Meta.Peer = proxy.ln.Addr().String()
+			}
+		},
+	}
+	nodes, keys, before := joinAfterOld(t, o, "c4m", 200)
+	key := ""
+	for _, k := range keys {
+		if before[k] == "node0" && ownerOn(nodes[2], k) == "node2" {
+			key = k
+			break
+		}
+	}
+	if key == "" {
+		t.Fatal("arrangement: no key moved from node0 to node2")
+	}
+	proxy.drop.Store(true)
+	proxy.arm("md " + key + " ") // node0 never hears that node2 deleted it
+	d := dialRaw(t, nodes[2].addr)
+	d.send("delete " + key + "\r\n")
+	got := d.line()
+	if !strings.HasPrefix(got, "SERVER_ERROR") {
+		if v, hit := rawGetValue(t, d, key); hit {
+			t.Fatalf("delete %s answered %q, then get via node2 = %q: warmed back from node0", key, got, v)
 		}
 	}
 }

@@ -114,16 +114,19 @@ func (s *Server) fillOwned(key string, v *view, now time.Time, gen uint64) readR
 // value (all but set) and the key is not here yet, it is read from its
 // previous owner first, so that incr, append, cas, add, touch and the rest
 // act on it rather than on nothing; and every write clears the previous
-// owner's item, so that no later warm read brings back an older value.
-func (s *Server) settleMoved(v *view, key string, needValue bool) {
+// owner's item, so that no later warm read brings back an older value. If
+// the previous owner, still a member, cannot be told, the write must not
+// happen (a miss here would warm the old value back after it): the error
+// says so.
+func (s *Server) settleMoved(v *view, key string, needValue bool) error {
 	now := s.cfg.Now()
 	prev := v.previousOwner(key, s.cl.self, now)
 	if prev == "" {
-		return
+		return nil
 	}
 	pc := v.clients[prev]
 	if pc == nil {
-		return
+		return nil // gone from the view: nothing will warm from it
 	}
 	if _, ok := s.store.Peek(key); needValue && !ok {
 		gen := s.gens.current(key)
@@ -135,7 +138,9 @@ func (s *Server) settleMoved(v *view, key string, needValue bool) {
 	}
 	if _, _, err := pc.exchange(mdLine(key, " O"+s.cl.tag(tagWarm)), nil); err != nil {
 		s.counters[ctrPeerErrors].Add(1)
+		return err
 	}
+	return nil
 }
 
 // keepOwned stores a filled item as owned, unless a client wrote, deleted,

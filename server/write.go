@@ -78,7 +78,8 @@ func (c *conn) claimWrite(req *protocol.Request, attempt int) bool {
 // current value), read-locks the key's ownership into c.keyLock, moves the
 // key's generation on and reports held. Otherwise it returns the owner in
 // this node's view, or "" if this node owns the key but its hand-off did
-// not complete in time.
+// not complete in time, or the key's previous owner could not be told of
+// the write (settleMoved).
 func (c *conn) holdKey(key string, needValue bool) (owner string, held bool) {
 	s, cl := c.srv, c.srv.cl
 	for range 2 {
@@ -89,7 +90,9 @@ func (c *conn) holdKey(key string, needValue bool) (owner string, held bool) {
 		if !cl.owns(v, key) {
 			break
 		}
-		s.settleMoved(v, key, needValue)
+		if err := s.settleMoved(v, key, needValue); err != nil {
+			return "", false
+		}
 		lock := cl.keys.rlock(key)
 		if cl.view.Load() != v {
 			// The view changed while the key settled: look again.
