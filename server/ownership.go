@@ -49,7 +49,7 @@ type keyLocks struct {
 	}
 }
 
-// rlock read-locks key's stripe and returns its unlock.
+// rlock read-locks key's stripe and returns it, for the caller to RUnlock.
 func (l *keyLocks) rlock(key string) *sync.RWMutex {
 	m := &l.stripes[xxhash.Sum64String(key)%keyLockStripes].RWMutex
 	m.RLock()

@@ -133,7 +133,7 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 	}
 }
 
-// effective returns the members this node routes to: gossip's, those
+// effectiveLocked returns the members this node routes to: gossip's, those
 // known from fences, less this node while it leaves, less members that
 // route differently. mu held.
 func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers.Meta) {

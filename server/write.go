@@ -187,7 +187,7 @@ func (c *conn) written(key []byte) {
 	}
 	prev, end := c.prevRound, c.endRound
 	if end == nil {
-		// Not claimed (a peer's gat on this node): a round of its own.
+		// Not claimed (dropKey, outside handle): a round of its own.
 		prev, end = c.srv.cl.holders.begin(string(key))
 	}
 	c.endRound, c.prevRound = nil, nil
