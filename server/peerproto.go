@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"spillway/protocol"
+	"spillway/store"
 )
 
 // The protocol nodes speak to each other, on the peer port. It is
@@ -107,7 +108,7 @@ func mdLine(key, flags string) []byte {
 // peerRequest serves the tagged requests of the peer protocol that are
 // node business rather than a client's request (drop a copy, drop a moved
 // key's leftover, a membership message), and reports whether req was one.
-// Tagged reads (mg) are served by metaGet (peerRead).
+// Tagged reads (mg) go through metaGet, which asks peerRead.
 func (c *conn) peerRequest(req *protocol.Request) bool {
 	if req.Command != protocol.CmdMetaDelete && req.Command != protocol.CmdMetaSet {
 		return false
@@ -152,4 +153,47 @@ func foundCode(found bool) string {
 		return "HD"
 	}
 	return "NF"
+}
+
+// peerRead serves an mg that another node sent with a peer tag (the
+// table at the top of this file); routed is false for an untagged mg,
+// which metaGet serves as a client's would be.
+func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) {
+	s := c.srv
+	kind, node, isTag := parseTag(req.Meta.Opaque)
+	if !isTag || req.Meta.Flags.Has('T') || s.cl == nil {
+		return it, false, false
+	}
+	key := string(req.Key)
+	var r readResult
+	switch kind {
+	case tagForward:
+		if it, ok := s.localGet(key); ok {
+			r = readResult{it, true}
+		} else {
+			r = s.fill(key)
+		}
+		s.counters[ctrServed].Add(1)
+	case tagFetch:
+		// A copy only for a node this one could invalidate: one that is
+		// not in its view yet (it is joining, and its fence has not
+		// arrived) gets a miss, and keeps nothing.
+		if _, known := s.cl.view.Load().byHash[node]; !known {
+			break
+		}
+		// Register the holder before reading: a write that lands after
+		// the read then finds it and invalidates the copy.
+		if forgot := s.cl.holders.add(key, node, s.cfg.Now(), s.cl.cfg.CopyTTL); forgot > 0 {
+			s.counters[ctrLostInvalidations].Add(uint64(forgot))
+			s.cfg.Logger.Warn("copy holder registry full: forgot holders, whose copies live until the copy TTL", "forgot", forgot)
+		}
+		r = s.fillForPeer(key)
+	case tagWarm:
+		// The owned store whoever owns the key now: the store's Valid
+		// hook keeps items of a key this node lost for the owner grace.
+		r.it, r.found = s.store.Get(key)
+	default:
+		return it, false, false
+	}
+	return r.it, r.found, true
 }
