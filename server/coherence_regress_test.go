@@ -519,32 +519,37 @@ func (p *holdProxy) accept() {
 	}
 }
 
-// A fill from the previous owner (the new owner's warm read during the
-// owner grace) under way when a delete is acknowledged must not keep the
-// value it fetched.
-func TestCoherenceWarmFillFencedByDelete(t *testing.T) {
+// joinBehindProxy is joinAfterOld with node0's peer port behind a
+// holdProxy (the others reach it through the proxy); it returns the nodes,
+// a key that moved from node0 to node2, and the proxy.
+func joinBehindProxy(t *testing.T, prefix string) ([]*testNode, string, *holdProxy) {
+	t.Helper()
 	proxy := newHoldProxy(t)
 	o := clusterOpts{
 		picker: ring.PickerConfig{Epsilon: math.Inf(1)},
 		tune: func(name string, cfg *Config) {
-			if name == "node0" { // the others reach node0's peer port through the proxy
+			if name == "node0" {
 				target := cfg.Cluster.Peers.Meta.Peer
 				proxy.target.Store(&target)
 				cfg.Cluster.Peers.Meta.Peer = proxy.ln.Addr().String()
 			}
 		},
 	}
-	nodes, keys, before := joinAfterOld(t, o, "c4w", 200)
-	key := ""
+	nodes, keys, before := joinAfterOld(t, o, prefix, 200)
 	for _, k := range keys {
 		if before[k] == "node0" && ownerOn(nodes[2], k) == "node2" {
-			key = k
-			break
+			return nodes, k, proxy
 		}
 	}
-	if key == "" {
-		t.Fatal("arrangement: no key moved from node0 to node2")
-	}
+	t.Fatal("arrangement: no key moved from node0 to node2")
+	return nil, "", nil
+}
+
+// A fill from the previous owner (the new owner's warm read during the
+// owner grace) under way when a delete is acknowledged must not keep the
+// value it fetched.
+func TestCoherenceWarmFillFencedByDelete(t *testing.T) {
+	nodes, key, proxy := joinBehindProxy(t, "c4w")
 	proxy.arm("mg " + key + " ")
 	r := dialRaw(t, nodes[2].addr)
 	r.send("get " + key + "\r\n") // node2 warms it from node0: the reply is held
@@ -573,28 +578,7 @@ func TestCoherenceWarmFillFencedByDelete(t *testing.T) {
 // acknowledged: a later miss here would warm the old value back (found by
 // review: a delete was acked, and the next get returned the deleted value).
 func TestCoherenceWriteNotAckedUnlessPreviousOwnerCleared(t *testing.T) {
-	proxy := newHoldProxy(t)
-	o := clusterOpts{
-		picker: ring.PickerConfig{Epsilon: math.Inf(1)},
-		tune: func(name string, cfg *Config) {
-			if name == "node0" {
-				target := cfg.Cluster.Peers.Meta.Peer
-				proxy.target.Store(&target)
-				cfg.Cluster.Peers.Meta.Peer = proxy.ln.Addr().String()
-			}
-		},
-	}
-	nodes, keys, before := joinAfterOld(t, o, "c4m", 200)
-	key := ""
-	for _, k := range keys {
-		if before[k] == "node0" && ownerOn(nodes[2], k) == "node2" {
-			key = k
-			break
-		}
-	}
-	if key == "" {
-		t.Fatal("arrangement: no key moved from node0 to node2")
-	}
+	nodes, key, proxy := joinBehindProxy(t, "c4m")
 	proxy.drop.Store(true)
 	proxy.arm("md " + key + " ") // node0 never hears that node2 deleted it
 	d := dialRaw(t, nodes[2].addr)
