@@ -285,6 +285,10 @@ func (cl *cluster) control(verb string, payload []byte) []byte {
 		return cl.onFence(payload)
 	case "dead":
 		return cl.onDeclaredDead(payload)
+	case "copies":
+		// flush_all's second round (see conn.flushAll).
+		cl.dropCopies()
+		return []byte("dropped")
 	}
 	return nil
 }

@@ -92,15 +92,39 @@ func (c *conn) countForwarded(req *protocol.Request) {
 // flush_all [delay] [noreply]: this node now or at now+delay; from a
 // client, every other node too. A node that did not answer is named in an
 // error: the client must not take the cache for empty.
+//
+// In a cluster it takes two rounds. The nodes flush at slightly different
+// moments, so a node that has flushed can still read an item through
+// from an owner that has not, and keep it as a copy; the owner's flush
+// does not tell copy holders. So once every node has flushed, every node
+// drops its copies (and fences the copy fills under way) a second time.
 func (c *conn) flushAll(req *protocol.Request) {
 	c.local[statCmdFlush]++
+	s := c.srv
 	delay := time.Duration(req.Exptime) * time.Second
-	c.srv.flushLocal(delay)
-	if !c.peer {
-		if failed, total := c.srv.broadcast("flush_all " + strconv.FormatInt(req.Exptime, 10)); failed > 0 {
-			c.failWrite(req, fmt.Errorf("flush_all failed on %d of %d nodes", failed, total))
-			return
+	s.flushLocal(delay)
+	if c.peer || s.cl == nil {
+		c.reply(req, protocol.OK)
+		return
+	}
+	line := []byte("flush_all " + strconv.FormatInt(req.Exptime, 10))
+	failed, total := s.broadcast("flush_all", func(pc *peerClient) error {
+		reply, _, err := pc.exchange(line, nil)
+		if err == nil && string(reply) != "OK" {
+			err = peerReplyError(reply)
 		}
+		return err
+	})
+	if failed == 0 {
+		s.cl.dropCopies()
+		failed, total = s.broadcast("flush_all's copy drop", func(pc *peerClient) error {
+			_, err := pc.control(s.cl.tag(tagControl), "copies", nil)
+			return err
+		})
+	}
+	if failed > 0 {
+		c.failWrite(req, fmt.Errorf("flush_all failed on %d of %d nodes", failed, total))
+		return
 	}
 	c.reply(req, protocol.OK)
 }

@@ -23,8 +23,9 @@ import (
 //	                              the owned store only, within the grace
 //	md <key> O old.<n>            new owner n wrote the key: drop what is left
 //	md <key> O inv.<n>            owner n wrote the key: drop the copy
-//	ms <verb> <len> O ctl.<n>     a membership message (fence.go), answered
-//	                              VA <len> with the reply's data
+//	ms <verb> <len> O ctl.<n>     a membership message (fence.go: fence,
+//	                              dead, copies), answered VA <len> with
+//	                              the reply's data
 //
 // Writes that an entry node forwards to a key's owner are the client's
 // request rebuilt (forward.go), without noreply; an owner that does not

@@ -290,10 +290,10 @@ func (s *Server) lostInvalidation(what, node string, err error) {
 	s.cfg.Logger.Warn("invalidation lost: a copy may be served until the copy TTL", "key", what, "holder", node, "err", err)
 }
 
-// broadcast sends line to every other node and waits for their replies, for
-// flush_all. It returns how many of how many nodes (this one included)
-// failed to answer OK.
-func (s *Server) broadcast(line string) (failed, total int) {
+// broadcast runs send towards every other node at once and waits for
+// them, for flush_all. It returns how many of how many nodes (this one
+// included) failed.
+func (s *Server) broadcast(what string, send func(pc *peerClient) error) (failed, total int) {
 	if s.cl == nil {
 		return 0, 1
 	}
@@ -302,13 +302,12 @@ func (s *Server) broadcast(line string) (failed, total int) {
 	var wg sync.WaitGroup
 	for id, pc := range clients {
 		wg.Go(func() {
-			reply, _, err := pc.exchange([]byte(line), nil)
-			if err != nil || string(reply) != "OK" {
+			if err := send(pc); err != nil {
 				mu.Lock()
 				failed++
 				mu.Unlock()
 				s.counters[ctrPeerErrors].Add(1)
-				s.cfg.Logger.Warn("flush_all did not reach a node", "node", id, "err", err, "reply", string(reply))
+				s.cfg.Logger.Warn(what+" did not reach a node", "node", id, "err", err)
 			}
 		})
 	}
