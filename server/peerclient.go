@@ -214,6 +214,9 @@ func (p *peerClient) exchange(line, data []byte) (reply, value []byte, err error
 // control tag and returns the peer's answer, which comes back as a VA
 // reply's value.
 func (p *peerClient) control(tag, verb string, payload []byte) ([]byte, error) {
+	if payload == nil {
+		payload = []byte{} // an ms always has a data block, if empty
+	}
 	line := make([]byte, 0, 32+len(tag))
 	line = append(line, "ms "...)
 	line = append(line, verb...)
