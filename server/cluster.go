@@ -143,7 +143,10 @@ type cluster struct {
 	// them again until it has.
 	unconfirmed map[string]bool
 	leaving     bool
-	warned      map[string]bool // members already logged as incompatible
+	// leftView is leaving, readable without mu: a leaving node keeps no
+	// copies (putCopy).
+	leftView atomic.Bool
+	warned   map[string]bool // members already logged as incompatible
 
 	// next holds the latest ring gossip reported and not yet installed;
 	// the applier goroutine installs it (only the latest: intermediate

@@ -158,7 +158,14 @@ func (s *Server) selfID() string {
 // gen is the key's generation read before the item was fetched: if a
 // write or an invalidation of the key came in since, the item may be the
 // old value, and it is not kept.
+//
+// A node that is leaving keeps none: the owners drop it from their views
+// and would not tell it of later writes, while it may still answer the
+// clients it has.
 func (s *Server) putCopy(it store.Item, now time.Time, gen uint64) {
+	if s.cl.leftView.Load() {
+		return
+	}
 	limit := now.Add(s.cl.cfg.CopyTTL)
 	if it.Expires.IsZero() || it.Expires.After(limit) {
 		it.Expires = limit

@@ -327,6 +327,7 @@ func (cl *cluster) leave() {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	cl.leaving = true
+	cl.leftView.Store(true)
 	cl.installLocked()
 }
 
