@@ -32,6 +32,7 @@ type holder struct {
 // (a lost invalidation is bounded by the copy TTL anyway).
 const maxHolderKeys = 1 << 20
 
+// add registers node as a holder of a copy of key, from now on.
 //
 // It returns how many holders it forgot to stay within maxHolderKeys:
 // their copies live out their TTL instead of being invalidated, which the

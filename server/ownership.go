@@ -104,8 +104,10 @@ func (h *viewHistory) push(e epoch) *viewHistory {
 // still be seen by this node (self): owned in every view since it was
 // written, or owned and then lost less than grace ago (for the new owner's
 // warm reads only; serving clients also needs ownership now, which the
-// caller checks).
-func (h *viewHistory) valid(key string, seq uint64, self string, now time.Time, grace time.Duration) bool {
+// caller checks). now is read only for an item of a lost key: valid runs
+// on every read of the owned store, and most items were written in the
+// current view.
+func (h *viewHistory) valid(key string, seq uint64, self string, now func() time.Time, grace time.Duration) bool {
 	es := h.epochs
 	last := len(es) - 1
 	if seq > es[last].seq {
@@ -131,7 +133,7 @@ func (h *viewHistory) valid(key string, seq uint64, self string, now time.Time, 
 			lostAt = es[i].at
 		}
 	}
-	return lostAt.IsZero() || now.Before(lostAt.Add(grace))
+	return lostAt.IsZero() || now().Before(lostAt.Add(grace))
 }
 
 // fillGens counts, per stripe of keys, the writes, deletes, touches,

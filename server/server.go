@@ -159,14 +159,15 @@ func New(cfg Config) (*Server, error) {
 	s.originSem = make(chan struct{}, cfg.OriginConcurrency)
 	s.metrics = newMetrics(s)
 	if cfg.Cluster != nil {
-		s.uniq = newUniques(cfg.Cluster.Peers.Name, cfg.Now)
 		cl, err := newCluster(*cfg.Cluster, s)
 		if err != nil {
 			st.Close()
 			return nil, fmt.Errorf("server: %w", err)
 		}
 		s.cl = cl
-		s.uniq.node = uniqueNode(cl.self)
+		// No write can reach the store before New returns: the
+		// listeners are served after it.
+		s.uniq = newUniques(cl.self, cfg.Now)
 	}
 	return s, nil
 }

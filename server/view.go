@@ -337,5 +337,5 @@ func (cl *cluster) valid(key string, seq uint64) bool {
 	if h == nil {
 		return true
 	}
-	return h.valid(key, seq, cl.self, cl.srv.cfg.Now(), cl.cfg.OwnerGrace)
+	return h.valid(key, seq, cl.self, cl.srv.cfg.Now, cl.cfg.OwnerGrace)
 }
