@@ -116,10 +116,7 @@ var errHandoff = errors.New("key is changing owner; retry")
 // write's round (see holders.begin) if written did not: a write that
 // changed nothing still waits for the round before it.
 func (c *conn) releaseWrite() {
-	if c.keyLock != nil {
-		c.keyLock.RUnlock()
-		c.keyLock = nil
-	}
+	c.unlockKey()
 	if c.endRound != nil {
 		if c.prevRound != nil {
 			t := time.NewTimer(c.srv.cl.cfg.InvalidateTimeout)
@@ -131,6 +128,14 @@ func (c *conn) releaseWrite() {
 		}
 		c.endRound()
 		c.endRound, c.prevRound = nil, nil
+	}
+}
+
+// unlockKey releases the key's ownership lock, if held.
+func (c *conn) unlockKey() {
+	if c.keyLock != nil {
+		c.keyLock.RUnlock()
+		c.keyLock = nil
 	}
 }
 
@@ -178,10 +183,7 @@ func (c *conn) forwardWrite(owner string, req *protocol.Request) (next string) {
 // It ends claimWrite's hold on the key's ownership first: the write is
 // stored, and invalidating waits on other nodes.
 func (c *conn) written(key []byte) {
-	if c.keyLock != nil {
-		c.keyLock.RUnlock()
-		c.keyLock = nil
-	}
+	c.unlockKey()
 	if c.srv.cl == nil {
 		return
 	}
