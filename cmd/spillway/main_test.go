@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -89,23 +90,33 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 }
 
-// freePort finds a port that is free now (and very likely in a moment).
+// freePort returns a loopback port that is free now for TCP and, with
+// network "udp", for UDP too (memberlist binds both on the gossip port).
+// It picks below the kernel's ephemeral range (32768 up): a port from
+// there could be handed to an outgoing connection of a test running
+// alongside between this check and the node's bind.
 func freePort(t *testing.T, network string) int {
 	t.Helper()
-	if network == "udp" {
-		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	for range 200 {
+		port := 20000 + rand.IntN(12000)
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
-		defer c.Close()
-		return c.LocalAddr().(*net.UDPAddr).Port
+		if network == "udp" {
+			c, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				ln.Close()
+				continue
+			}
+			c.Close()
+		}
+		ln.Close()
+		return port
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port below the ephemeral range")
+	return 0
 }
 
 // roundRobin is the ServerSelector README recommends: every request to the
