@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -68,6 +70,9 @@ type ClusterConfig struct {
 	// node's view back. The history checker uses it to make views
 	// disagree for seconds, as they can on a real network.
 	viewGate func(members []string)
+	// dial, if set, opens connections to peer ports instead of TCP:
+	// tests run nodes on an in-memory network.
+	dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 func (c *ClusterConfig) setDefaults() {
@@ -269,7 +274,7 @@ func (cl *cluster) close() {
 	cl.tasks.Wait()
 	if v := cl.view.Load(); v != nil {
 		for _, pc := range v.clients {
-			pc.close()
+			pc.Close()
 		}
 	}
 	cl.copies.Close()

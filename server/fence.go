@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"spillway/peers"
+	"spillway/peers/wire"
 )
 
 // The hand-off fence. Views converge at different times on different
@@ -170,7 +171,7 @@ func (cl *cluster) fencePayload(v *view) []byte {
 func (cl *cluster) renewFences() {
 	cl.mu.Lock()
 	v := cl.view.Load()
-	todo := make(map[string]*peerClient)
+	todo := make(map[string]*wire.Client)
 	for id := range cl.unconfirmed {
 		if pc := v.clients[id]; pc != nil {
 			todo[id] = pc
@@ -199,9 +200,9 @@ func (cl *cluster) renewFences() {
 }
 
 // fence sends one fence and reads the answer.
-func (cl *cluster) fence(pc *peerClient, payload []byte) (fenceReply, error) {
+func (cl *cluster) fence(pc *wire.Client, payload []byte) (fenceReply, error) {
 	var reply fenceReply
-	value, err := pc.control(cl.tag(tagControl), "fence", payload)
+	value, err := cl.sendControl(pc, "fence", payload)
 	if err != nil {
 		return reply, err
 	}

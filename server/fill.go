@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"spillway/peers/wire"
 )
 
 // Fills: what a node does when a read misses everything it holds. Every
@@ -67,13 +69,13 @@ func (s *Server) fillFrom(key, bad string, gen uint64) readResult {
 	}
 	s.counters[ctrSpilledServed].Add(1)
 	if pc := v.clients[owner]; pc != nil && owner != bad {
-		res, err := pc.fetch([]string{key}, s.cl.tag(tagFetch), now)
+		res, err := s.cl.fetch(pc, []string{key}, tagFetch, "")
 		s.counters[ctrPeerFetches].Add(1)
 		if err == nil {
 			if res[0].found {
-				s.putCopy(res[0].item, now, gen)
+				s.putCopy(res[0].it, now, gen)
 			}
-			return readResult{res[0].item, res[0].found}
+			return res[0]
 		}
 		s.counters[ctrPeerErrors].Add(1)
 		s.cfg.Logger.Debug("read-through failed; trying the origin", "key", key, "owner", owner, "err", err)
@@ -99,10 +101,10 @@ func (s *Server) countMerged(shared, led bool) {
 func (s *Server) fillOwned(key string, v *view, now time.Time, gen uint64) readResult {
 	if prev := v.previousOwner(key, s.cl.self, now); prev != "" {
 		if pc := v.clients[prev]; pc != nil {
-			res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
+			res, err := s.cl.fetch(pc, []string{key}, tagWarm, "")
 			s.counters[ctrPeerFetches].Add(1)
 			if err == nil && res[0].found {
-				return s.keepOwned(readResult{res[0].item, true}, v, gen)
+				return s.keepOwned(res[0], v, gen)
 			}
 		}
 	}
@@ -130,13 +132,13 @@ func (s *Server) settleMoved(v *view, key string, needValue bool) error {
 	}
 	if _, ok := s.store.Peek(key); needValue && !ok {
 		gen := s.gens.current(key)
-		res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
+		res, err := s.cl.fetch(pc, []string{key}, tagWarm, "")
 		s.counters[ctrPeerFetches].Add(1)
 		if err == nil && res[0].found {
-			s.keepOwned(readResult{res[0].item, true}, v, gen)
+			s.keepOwned(res[0], v, gen)
 		}
 	}
-	if _, _, err := pc.exchange(mdLine(key, " O"+s.cl.tag(tagWarm)), nil); err != nil {
+	if _, err := s.cl.exchange(pc, wire.DeleteLine(key, " O"+s.cl.tag(tagWarm)), nil); err != nil {
 		s.counters[ctrPeerErrors].Add(1)
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"spillway/peers/wire"
 	"spillway/protocol"
 	"spillway/store"
 )
@@ -108,17 +109,17 @@ func (c *conn) flushAll(req *protocol.Request) {
 		return
 	}
 	line := []byte("flush_all " + strconv.FormatInt(req.Exptime, 10))
-	failed, total := s.broadcast("flush_all", func(pc *peerClient) error {
-		reply, _, err := pc.exchange(line, nil)
-		if err == nil && string(reply) != "OK" {
-			err = peerReplyError(reply)
+	failed, total := s.broadcast("flush_all", func(pc *wire.Client) error {
+		r, err := s.cl.exchange(pc, line, nil)
+		if err == nil && string(r.Line) != "OK" {
+			err = fmt.Errorf("%w %q", wire.ErrReply, r.Line)
 		}
 		return err
 	})
 	if failed == 0 {
 		s.cl.dropCopies()
-		failed, total = s.broadcast("flush_all's copy drop", func(pc *peerClient) error {
-			_, err := pc.control(s.cl.tag(tagControl), "copies", nil)
+		failed, total = s.broadcast("flush_all's copy drop", func(pc *wire.Client) error {
+			_, err := s.cl.sendControl(pc, "copies", nil)
 			return err
 		})
 	}
@@ -226,7 +227,7 @@ func (c *conn) touchKey(k []byte, exp time.Time, exptime int64) (store.Item, err
 	if pc == nil {
 		return store.Item{}, errNoPeer
 	}
-	res, err := pc.fetchWith([]string{key}, s.cl.tag(tagForward), " T"+strconv.FormatInt(exptime, 10), c.now())
+	res, err := s.cl.fetch(pc, []string{key}, tagForward, " T"+strconv.FormatInt(exptime, 10))
 	if err != nil {
 		s.counters[ctrPeerErrors].Add(1)
 		return store.Item{}, err
@@ -234,7 +235,7 @@ func (c *conn) touchKey(k []byte, exp time.Time, exptime int64) (store.Item, err
 	if !res[0].found {
 		return store.Item{}, store.ErrNotFound
 	}
-	return res[0].item, nil
+	return res[0].it, nil
 }
 
 func (c *conn) writeValue(key []byte, it store.Item, withCAS bool) {
@@ -329,7 +330,7 @@ func (c *conn) dropKey(key []byte) {
 		v := s.cl.view.Load()
 		if !s.cl.owns(v, k) {
 			if owner := v.ring.Owner(k); owner != s.cl.self && !c.peer {
-				s.forward(owner, k, mdLine(k, ""), nil)
+				s.forward(owner, k, wire.DeleteLine(k, ""), nil)
 			}
 			return
 		}

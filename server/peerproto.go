@@ -1,10 +1,11 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"strconv"
+	"time"
 
+	"spillway/peers/wire"
 	"spillway/protocol"
 	"spillway/store"
 )
@@ -83,27 +84,6 @@ func notOwner(reply []byte) (owner string, ok bool) {
 func isTag(opaque []byte) bool {
 	_, _, ok := parseTag(opaque)
 	return ok
-}
-
-// writePeerKey writes key into a request line: as it is, or base64-encoded
-// when it cannot stand in a line (protocol.AppendKey), and then it reports
-// that the line needs the b flag.
-func writePeerKey(w *bufio.Writer, key string) (b64 bool) {
-	line, b64 := protocol.AppendKey(w.AvailableBuffer(), key)
-	w.Write(line)
-	return b64
-}
-
-// mdLine builds a meta delete of key for a peer, with flags (" O<tag>")
-// appended; like writePeerKey, it sends a key that cannot stand in a line
-// as it is base64-encoded with the b flag.
-func mdLine(key, flags string) []byte {
-	b := append(make([]byte, 0, 8+len(key)*4/3+len(flags)), "md "...)
-	b, b64 := protocol.AppendKey(b, key)
-	if b64 {
-		b = append(b, " b"...)
-	}
-	return append(b, flags...)
 }
 
 // peerRequest serves the tagged requests of the peer protocol that are
@@ -197,4 +177,41 @@ func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) 
 		return it, false, false
 	}
 	return r.it, r.found, true
+}
+
+// fetch reads keys from a peer with reads of kind (tagForward, tagFetch or
+// tagWarm) and extra mg flags, as items.
+func (cl *cluster) fetch(pc *wire.Client, keys []string, kind, extra string) ([]readResult, error) {
+	// The owner rounds the remaining lifetime to the nearest second, and
+	// now is before the owner looked: now+ttl-0.5s is never after the
+	// item's own expiry, so a copy never outlives it.
+	now := cl.srv.cfg.Now()
+	vals, err := pc.Fetch(cl.fetchTimeout, keys, cl.tag(kind), extra)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]readResult, len(vals))
+	for i, v := range vals {
+		if !v.Found {
+			continue
+		}
+		it := store.Item{Key: keys[i], Value: v.Data, Flags: v.Flags, CAS: v.CAS}
+		if v.TTL >= 0 {
+			it.Expires = now.Add(time.Duration(v.TTL)*time.Second - time.Second/2)
+		}
+		out[i] = readResult{it, true}
+	}
+	return out, nil
+}
+
+// exchange sends a peer one request that is not a read and returns its
+// reply.
+func (cl *cluster) exchange(pc *wire.Client, line, data []byte) (wire.Reply, error) {
+	return pc.Exchange(cl.cfg.PeerTimeout, line, data)
+}
+
+// sendControl sends a peer a membership message (fence.go) and returns its
+// answer.
+func (cl *cluster) sendControl(pc *wire.Client, verb string, payload []byte) ([]byte, error) {
+	return pc.Control(cl.cfg.PeerTimeout, cl.tag(tagControl), verb, payload)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"spillway/peers/wire"
 	"spillway/ring"
 	"spillway/store"
 )
@@ -244,7 +245,7 @@ func TestRegressDeadPeerSerialFallback(t *testing.T) {
 	}
 	defer hole.Close()
 	v := *nodes[0].srv.cl.view.Load()
-	v.clients = map[string]*peerClient{"node1": newPeerClient(hole.Addr().String(), DefaultPeerTimeout, DefaultPeerTimeout, 4, DefaultMaxItemSize)}
+	v.clients = map[string]*wire.Client{"node1": wire.New(wire.Config{Addr: hole.Addr().String(), MaxIdle: 4})}
 	nodes[0].srv.cl.view.Store(&v)
 	var keys []string
 	for i := 0; len(keys) < 8; i++ {
@@ -258,7 +259,7 @@ func TestRegressDeadPeerSerialFallback(t *testing.T) {
 	c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 	l, _ := c.r.ReadString('\n')
 	t.Logf("get of %d keys on an unresponsive owner: %q after %v", len(keys), l, time.Since(start))
-	if d := time.Since(start); d > 2*DefaultPeerTimeout {
+	if d := time.Since(start); d > 2*nodes[0].srv.cl.fetchTimeout {
 		t.Fatalf("client waited %v", d)
 	}
 }

@@ -108,10 +108,10 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 			}
 		}()
 		pc := v.clients[id]
-		var res []fetched
+		var res []readResult
 		err := errNoPeer
 		if pc != nil {
-			res, err = pc.fetch(g.keys, s.cl.tag(tagForward), s.cfg.Now())
+			res, err = s.cl.fetch(pc, g.keys, tagForward, "")
 		}
 		s.counters[ctrForwarded].Add(uint64(len(g.keys)))
 		if err != nil {
@@ -125,7 +125,7 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 				s.countServed(s.cl.self, false, true)
 				continue
 			}
-			out[i] = readResult{res[j].item, res[j].found}
+			out[i] = res[j]
 			s.countServed(id, g.primary[j], false)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"spillway/peers"
+	"spillway/peers/wire"
 	"spillway/ring"
 )
 
@@ -24,8 +25,8 @@ type fenceRecord struct {
 // view is an immutable snapshot of the membership.
 type view struct {
 	ring    *ring.Ring
-	clients map[string]*peerClient // by node ID, self excluded
-	byHash  map[uint64]string      // node ID by idHash, for copy holders
+	clients map[string]*wire.Client // by node ID, self excluded
+	byHash  map[uint64]string       // node ID by idHash, for copy holders
 	// base is the last ring whose hand-off completed (see installLocked):
 	// its owners are the previous owners of keys this node gained, asked
 	// for them until the owner grace ends (until). done is closed when
@@ -126,9 +127,9 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 	}
 	cl.mu.Unlock()
 	for _, m := range back {
-		pc := newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.cfg.PeerTimeout, 1, cl.srv.cfg.MaxItemSize)
-		_, err := pc.control(cl.tag(tagControl), "dead", []byte(m.Boot))
-		pc.close()
+		pc := cl.dial(m.Peer)
+		_, err := cl.sendControl(pc, "dead", []byte(m.Boot))
+		pc.Close()
 		cl.log.Info("told a member that comes back that it was declared dead", "member", m.Peer, "err", err)
 	}
 }
@@ -211,18 +212,18 @@ func (cl *cluster) installLocked() {
 	if cl.hist.Load() != nil && sameMembers(old.ring, r) && !restarted {
 		return
 	}
-	nv := &view{ring: r, clients: make(map[string]*peerClient), byHash: make(map[uint64]string), done: make(chan struct{})}
+	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string), done: make(chan struct{})}
 	for _, n := range r.Nodes() {
 		nv.byHash[idHash(n.ID)] = n.ID
 		if n.ID == cl.self {
 			continue
 		}
 		m := metas[n.ID]
-		if pc, ok := old.clients[n.ID]; ok && pc.addr == m.Peer {
+		if pc, ok := old.clients[n.ID]; ok && pc.Addr() == m.Peer {
 			nv.clients[n.ID] = pc
 			continue
 		}
-		nv.clients[n.ID] = newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.fetchTimeout, cl.cfg.PeerMaxIdle, cl.srv.cfg.MaxItemSize)
+		nv.clients[n.ID] = cl.dial(m.Peer)
 	}
 	// base is the ring whose owners last held the keys for sure: the last
 	// one whose hand-off completed or, on a node that never completed one
@@ -247,7 +248,7 @@ func (cl *cluster) installLocked() {
 
 	for id, pc := range old.clients {
 		if nv.clients[id] != pc {
-			pc.close()
+			pc.Close()
 		}
 	}
 	if cl.leaving || nv.base == nil || !gains(nv.base, r, cl.self) {
@@ -338,4 +339,9 @@ func (cl *cluster) valid(key string, seq uint64) bool {
 		return true
 	}
 	return h.valid(key, seq, cl.self, cl.srv.cfg.Now, cl.cfg.OwnerGrace)
+}
+
+// dial returns a client of the peer port at addr.
+func (cl *cluster) dial(addr string) *wire.Client {
+	return wire.New(wire.Config{Addr: addr, Dial: cl.cfg.dial, MaxIdle: cl.cfg.PeerMaxIdle, MaxValue: cl.srv.cfg.MaxItemSize})
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"spillway/peers/wire"
 	"spillway/protocol"
 )
 
@@ -212,11 +213,13 @@ func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool) 
 		return nil, nil, errNoPeer
 	}
 	s.counters[ctrForwardedWrites].Add(1)
+	var r wire.Reply
 	if quiet {
-		reply, value, err = pc.exchangeQuiet(line, data)
+		r, err = pc.ExchangeQuiet(s.cl.cfg.PeerTimeout, line, data)
 	} else {
-		reply, value, err = pc.exchange(line, data)
+		r, err = s.cl.exchange(pc, line, data)
 	}
+	reply, value = r.Line, r.Value
 	if err != nil {
 		s.counters[ctrPeerErrors].Add(1)
 	}
@@ -238,7 +241,7 @@ func (s *Server) invalidate(key string, prev <-chan struct{}) {
 		return
 	}
 	v := s.cl.view.Load()
-	line := mdLine(key, " O"+s.cl.tag(tagInval))
+	line := wire.DeleteLine(key, " O"+s.cl.tag(tagInval))
 	type answer struct {
 		node string
 		err  error
@@ -258,7 +261,7 @@ func (s *Server) invalidate(key string, prev <-chan struct{}) {
 		pending[id] = true
 		s.counters[ctrInvalidations].Add(1)
 		go func() {
-			_, _, err := pc.exchange(line, nil)
+			_, err := s.cl.exchange(pc, line, nil)
 			answers <- answer{id, err}
 		}()
 	}
@@ -295,7 +298,7 @@ func (s *Server) lostInvalidation(what, node string, err error) {
 // broadcast runs send towards every other node at once and waits for
 // them, for flush_all. It returns how many of how many nodes (this one
 // included) failed.
-func (s *Server) broadcast(what string, send func(pc *peerClient) error) (failed, total int) {
+func (s *Server) broadcast(what string, send func(pc *wire.Client) error) (failed, total int) {
 	if s.cl == nil {
 		return 0, 1
 	}
