@@ -70,9 +70,30 @@ type ClusterConfig struct {
 	// node's view back. The history checker uses it to make views
 	// disagree for seconds, as they can on a real network.
 	viewGate func(members []string)
-	// dial, if set, opens connections to peer ports instead of TCP:
-	// tests run nodes on an in-memory network.
+	// join and dial, if set, replace gossip (peers.Join) and TCP to peer
+	// ports: tests run nodes in one process, on an in-memory network.
+	join func(cfg peers.Config, onChange func(*ring.Ring)) (membership, error)
 	dial func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// membership is what a node needs of gossip: its name, the ring of live
+// members and their metas, and a way out. *peers.Peers is the real one.
+type membership interface {
+	Self() string
+	GossipAddr() string
+	Ring() *ring.Ring
+	Meta(id string) (peers.Meta, bool)
+	Leave(timeout time.Duration) error
+	Shutdown() error
+}
+
+// gossipJoin joins through memberlist.
+func gossipJoin(cfg peers.Config, onChange func(*ring.Ring)) (membership, error) {
+	p, err := peers.Join(cfg, onChange)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 func (c *ClusterConfig) setDefaults() {
@@ -107,7 +128,7 @@ type cluster struct {
 	self   string
 	selfH  uint64
 	boot   string // this incarnation's ID, in the node's meta
-	peers  *peers.Peers
+	peers  membership
 	picker *ring.Picker
 	copies *store.Store
 
@@ -202,7 +223,11 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cfg.Peers.OnDeclaredDead = func() { cl.onDeclaredDead([]byte(cl.boot)) }
 	cfg.Peers.Meta.Protocol = peerProtocol
 	cfg.Peers.Meta.Ring = cl.ringParams()
-	p, err := peers.Join(cfg.Peers, cl.onChange)
+	join := cfg.join
+	if join == nil {
+		join = gossipJoin
+	}
+	p, err := join(cfg.Peers, cl.onChange)
 	if err != nil {
 		copies.Close()
 		return nil, fmt.Errorf("join: %w", err)

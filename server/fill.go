@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"time"
 
 	"spillway/peers/wire"
@@ -15,7 +17,36 @@ import (
 // write it may have seen acknowledged takes a miss instead.
 
 // fill serves a key this node does not hold, once per key at a time.
-func (s *Server) fill(key string) readResult { return s.fillAvoiding(key, "") }
+func (s *Server) fill(key string) readResult { return s.fillAvoiding(key, nil) }
+
+// unreachable is the nodes one request has seen fail: the rest of the
+// request does not wait for them again, so a dead peer costs a request
+// one timeout rather than one per key. The zero value is empty; a nil
+// one is empty and stays so.
+type unreachable struct {
+	mu    sync.Mutex
+	nodes []string
+}
+
+func (u *unreachable) add(id string) {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !slices.Contains(u.nodes, id) {
+		u.nodes = append(u.nodes, id)
+	}
+}
+
+func (u *unreachable) has(id string) bool {
+	if u == nil {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Contains(u.nodes, id)
+}
 
 // flight is what a fill hands its followers: the result, and the key's
 // generation when the fill started.
@@ -24,10 +55,11 @@ type flight struct {
 	gen uint64
 }
 
-// fillAvoiding is fill for a read whose request has just seen the node bad
-// fail: it does not ask that node again, so a dead peer costs one timeout
-// per request rather than one per key.
-func (s *Server) fillAvoiding(key, bad string) readResult {
+// fillAvoiding is fill for a read whose request has seen the nodes in bad
+// fail: it does not ask them, and adds the owner to bad if it fails. The
+// fill is shared with other requests' reads of the key (singleflight):
+// theirs wait for what this one's leader found.
+func (s *Server) fillAvoiding(key string, bad *unreachable) readResult {
 	led := false
 	joined := s.gens.current(key)
 	s.filling.Add(1)
@@ -54,7 +86,7 @@ func (s *Server) fillAvoiding(key, bad string) readResult {
 
 // fillFrom fetches key for a fill that started at generation gen: as its
 // owner, or from its owner as a copy.
-func (s *Server) fillFrom(key, bad string, gen uint64) readResult {
+func (s *Server) fillFrom(key string, bad *unreachable, gen uint64) readResult {
 	if s.cl == nil {
 		return s.keepOwned(s.loadOrigin(key), nil, gen)
 	}
@@ -68,7 +100,7 @@ func (s *Server) fillFrom(key, bad string, gen uint64) readResult {
 		return s.fillOwned(key, v, now, gen)
 	}
 	s.counters[ctrSpilledServed].Add(1)
-	if pc := v.clients[owner]; pc != nil && owner != bad {
+	if pc := v.clients[owner]; pc != nil && !bad.has(owner) {
 		res, err := s.cl.fetch(pc, []string{key}, tagFetch, "")
 		s.counters[ctrPeerFetches].Add(1)
 		if err == nil {
@@ -78,6 +110,7 @@ func (s *Server) fillFrom(key, bad string, gen uint64) readResult {
 			return res[0]
 		}
 		s.counters[ctrPeerErrors].Add(1)
+		bad.add(owner)
 		s.cfg.Logger.Debug("read-through failed; trying the origin", "key", key, "owner", owner, "err", err)
 	}
 	// The owner could not be asked: serve the origin's value to this read,

@@ -62,6 +62,7 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 		primary  []bool
 	}
 	var groups map[string]*group
+	var bad unreachable
 	for i, k := range keys {
 		key := string(k)
 		if it, ok := s.localGet(key); ok {
@@ -77,7 +78,7 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 		}
 		id, primary, release, err := s.cl.picker.Pick(key)
 		if err != nil || id == s.cl.self {
-			out[i] = s.fill(key)
+			out[i] = s.fillAvoiding(key, &bad)
 			if release != nil {
 				release()
 			}
@@ -110,18 +111,22 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 		pc := v.clients[id]
 		var res []readResult
 		err := errNoPeer
-		if pc != nil {
+		switch {
+		case bad.has(id):
+			err = errUnreachable
+		case pc != nil:
 			res, err = s.cl.fetch(pc, g.keys, tagForward, "")
-		}
-		s.counters[ctrForwarded].Add(uint64(len(g.keys)))
-		if err != nil {
-			s.counters[ctrPeerErrors].Add(1)
+			s.counters[ctrForwarded].Add(uint64(len(g.keys)))
+			if err != nil {
+				s.counters[ctrPeerErrors].Add(1)
+				bad.add(id)
+			}
 		}
 		for j, i := range g.idx {
 			if err != nil {
 				// The chosen node did not answer: serve it here
 				// rather than fail the client.
-				out[i] = s.fillAvoiding(g.keys[j], id)
+				out[i] = s.fillAvoiding(g.keys[j], &bad)
 				s.countServed(s.cl.self, false, true)
 				continue
 			}
@@ -142,7 +147,10 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 	wg.Wait()
 }
 
-var errNoPeer = errors.New("no connection to that node")
+var (
+	errNoPeer      = errors.New("no connection to that node")
+	errUnreachable = errors.New("that node failed earlier in this request")
+)
 
 // selfID is this node's ID, or "" for a single node.
 func (s *Server) selfID() string {
