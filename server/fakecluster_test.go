@@ -266,6 +266,23 @@ func (m *fakeMember) Meta(id string) (peers.Meta, bool) {
 func (m *fakeMember) Leave(time.Duration) error { m.n.drop(m.name); return nil }
 func (m *fakeMember) Shutdown() error           { m.n.drop(m.name); return nil }
 
+// startPipeServer runs a single node on n at the address "client" until
+// the test ends.
+func startPipeServer(t *testing.T, cfg Config) (*fakeNet, *Server) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger()
+	}
+	n := newFakeNet()
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(n.listen("client"))
+	t.Cleanup(func() { srv.Close() })
+	return n, srv
+}
+
 // fakeNode is a node of an in-process cluster.
 type fakeNode struct {
 	name string

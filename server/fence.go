@@ -86,7 +86,7 @@ func (cl *cluster) settle(v *view) {
 	for id, pc := range v.clients {
 		mustAnswer := v.base.Has(id) // it may have owned a key this node gained
 		wg.Go(func() {
-			deadline := time.Now().Add(cl.cfg.InvalidateTimeout)
+			deadline := cl.srv.cfg.Now().Add(cl.cfg.InvalidateTimeout)
 			for {
 				reply, err := cl.fence(pc, payload)
 				if err == nil && reply.Dead {
@@ -103,7 +103,7 @@ func (cl *cluster) settle(v *view) {
 					mu.Unlock()
 					return
 				}
-				if !mustAnswer && time.Now().After(deadline) {
+				if !mustAnswer && cl.srv.cfg.Now().After(deadline) {
 					cl.srv.lostInvalidation("fence", id, err)
 					return
 				}

@@ -62,8 +62,6 @@ type flight struct {
 func (s *Server) fillAvoiding(key string, bad *unreachable) readResult {
 	led := false
 	joined := s.gens.current(key)
-	s.filling.Add(1)
-	defer s.filling.Add(-1)
 	v, _, shared := s.flights.Do(key, func() (any, error) {
 		led = true
 		gen := s.gens.current(key)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"spillway/peers/wire"
@@ -30,21 +31,23 @@ func (o gateOrigin) Load(ctx context.Context, key string) (store.Item, error) {
 // An origin fill that started before a set must not overwrite the set's
 // value: the client's write wins.
 func TestRegressOriginFillClobbersSet(t *testing.T) {
-	o := gateOrigin{make(chan struct{})}
-	addr, srv := startServer(t, Config{Origin: o})
-	r := dialRaw(t, addr)
-	r.send("get k\r\n") // misses, blocks in the origin
-	waitFor(t, func() bool { return srv.filling.Load() == 1 })
-	w := dialRaw(t, addr)
-	w.send("set k 0 0 7\r\nwritten\r\n")
-	w.expect("STORED\r\n")
-	close(o.release)
-	// The fill finds the client's value and serves that.
-	r.expect("VALUE k 0 7\r\nwritten\r\nEND\r\n")
-	w.send("get k\r\n")
-	if got := w.line(); got != "VALUE k 0 7" {
-		t.Fatalf("after STORED, get k returns %q: the origin fill overwrote the client's set", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		o := gateOrigin{make(chan struct{})}
+		n, _ := startPipeServer(t, Config{Origin: o})
+		r := dialPipe(t, n, "client")
+		r.send("get k\r\n")
+		synctest.Wait() // the get misses and waits in the origin
+		w := dialPipe(t, n, "client")
+		w.send("set k 0 0 7\r\nwritten\r\n")
+		w.expect("STORED\r\n")
+		close(o.release)
+		// The fill finds the client's value and serves that.
+		r.expect("VALUE k 0 7\r\nwritten\r\nEND\r\n")
+		w.send("get k\r\n")
+		if got := w.line(); got != "VALUE k 0 7" {
+			t.Fatalf("after STORED, get k returns %q: the origin fill overwrote the client's set", got)
+		}
+	})
 }
 
 // With an origin configured (or in a cluster), mg on a stale item the node

@@ -114,7 +114,6 @@ type Server struct {
 	uniq      *uniques // CAS uniques of a cluster node
 	counters  totals
 	metrics   *metrics
-	filling   atomic.Int64 // reads waiting in fill, for tests that line them up
 
 	verbosity atomic.Int32
 	closing   atomic.Bool
