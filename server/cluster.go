@@ -125,7 +125,7 @@ type cluster struct {
 	cfg    ClusterConfig
 	srv    *Server
 	log    *slog.Logger
-	self   string
+	id     string // this node's name
 	selfH  uint64
 	boot   string // this incarnation's ID, in the node's meta
 	peers  membership
@@ -234,8 +234,8 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	}
 	cl.mu.Lock()
 	cl.peers = p
-	cl.self = p.Self()
-	cl.selfH = idHash(cl.self)
+	cl.id = p.Self()
+	cl.selfH = idHash(cl.id)
 	cl.mu.Unlock()
 	if err := cl.refuseIncompatible(); err != nil {
 		p.Shutdown()
@@ -279,7 +279,7 @@ func (cl *cluster) compatible(m peers.Meta) (bool, string) {
 // differently: the node would own keys they own too.
 func (cl *cluster) refuseIncompatible() error {
 	for _, n := range cl.peers.Ring().Nodes() {
-		if n.ID == cl.self {
+		if n.ID == cl.id {
 			continue
 		}
 		m, ok := cl.peers.Meta(n.ID)

@@ -833,7 +833,7 @@ func TestCoherenceRestartAtNewAddress(t *testing.T) {
 			in, b := cl.view.Load().ring.Has("node2"), cl.boots["node2"]
 			cl.mu.Unlock()
 			if !in || b != boot {
-				t.Fatalf("%s: node2's new run in view %v (boot %s, want %s)", cl.self, in, b, boot)
+				t.Fatalf("%s: node2's new run in view %v (boot %s, want %s)", cl.id, in, b, boot)
 			}
 		}
 		time.Sleep(5 * time.Millisecond)

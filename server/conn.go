@@ -170,7 +170,7 @@ func (c *conn) readFailed(err error) bool {
 	if errors.Is(err, protocol.ErrTooLarge) && (c.req.Command == protocol.CmdSet || c.req.Command == protocol.CmdMetaSet) {
 		// The value was discarded unread; the old one goes too, as in
 		// memcached.
-		c.dropKey(c.req.Key)
+		c.srv.rt.drop(c, c.req.Key)
 	}
 	c.w.Error(err)
 	if protocol.Fatal(err) {

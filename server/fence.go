@@ -67,7 +67,7 @@ type fenceReply struct {
 
 // selfMeta is the meta this node gossips.
 func (cl *cluster) selfMeta() peers.Meta {
-	m, _ := cl.peers.Meta(cl.self)
+	m, _ := cl.peers.Meta(cl.id)
 	m.Boot, m.Protocol, m.Ring = cl.boot, peerProtocol, cl.ringParams()
 	return m
 }
@@ -96,7 +96,7 @@ func (cl *cluster) settle(v *view) {
 					mu.Lock()
 					unknown[id] = !reply.Known
 					for mid, m := range reply.Members {
-						if mid != cl.self && !v.ring.Has(mid) {
+						if mid != cl.id && !v.ring.Has(mid) {
 							learned[mid] = m
 						}
 					}
@@ -155,7 +155,7 @@ func (cl *cluster) settle(v *view) {
 
 // fencePayload is the fence this node sends in view v.
 func (cl *cluster) fencePayload(v *view) []byte {
-	msg := fenceMsg{ID: cl.self, Meta: cl.selfMeta()}
+	msg := fenceMsg{ID: cl.id, Meta: cl.selfMeta()}
 	for _, n := range v.ring.Nodes() {
 		msg.Members = append(msg.Members, n.ID)
 	}
@@ -247,9 +247,9 @@ func (cl *cluster) onFence(payload []byte) []byte {
 	// Copies of keys the sender gained were read from their previous
 	// owner, who will not tell this node when the sender overwrites them.
 	cl.dropCopies()
-	reply.Members = map[string]peers.Meta{cl.self: cl.selfMeta()}
+	reply.Members = map[string]peers.Meta{cl.id: cl.selfMeta()}
 	for _, n := range cl.view.Load().ring.Nodes() {
-		if n.ID == cl.self || n.ID == msg.ID {
+		if n.ID == cl.id || n.ID == msg.ID {
 			continue
 		}
 		if f, ok := cl.fenced[n.ID]; ok {

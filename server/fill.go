@@ -67,10 +67,10 @@ func (s *Server) fillAvoiding(key string, bad *unreachable) readResult {
 		gen := s.gens.current(key)
 		// Another flight may have filled the key between our miss and
 		// this flight starting: look again before going further.
-		if it, ok := s.localGet(key); ok {
+		if it, ok := s.rt.held(key); ok {
 			return flight{readResult{it, true}, gen}, nil
 		}
-		return flight{s.fillFrom(key, bad, gen), gen}, nil
+		return flight{s.rt.fill(key, bad, gen), gen}, nil
 	})
 	s.countMerged(shared, led)
 	f := v.(flight)
@@ -82,16 +82,14 @@ func (s *Server) fillAvoiding(key string, bad *unreachable) readResult {
 	return f.res
 }
 
-// fillFrom fetches key for a fill that started at generation gen: as its
+// fill fetches key for a fill that started at generation gen: as its
 // owner, or from its owner as a copy.
-func (s *Server) fillFrom(key string, bad *unreachable, gen uint64) readResult {
-	if s.cl == nil {
-		return s.keepOwned(s.loadOrigin(key), nil, gen)
-	}
+func (cl *cluster) fill(key string, bad *unreachable, gen uint64) readResult {
+	s := cl.srv
 	now := s.cfg.Now()
 	v := s.cl.view.Load()
 	owner := v.ring.Owner(key)
-	if owner == s.cl.self || owner == "" {
+	if owner == s.cl.id || owner == "" {
 		if !s.cl.owns(v, key) {
 			return readResult{} // hand-off under way: not ours to fill yet
 		}
@@ -99,7 +97,7 @@ func (s *Server) fillFrom(key string, bad *unreachable, gen uint64) readResult {
 	}
 	s.counters[ctrSpilledServed].Add(1)
 	if pc := v.clients[owner]; pc != nil && !bad.has(owner) {
-		res, err := s.cl.fetch(pc, []string{key}, tagFetch, "")
+		res, err := s.cl.read(pc, []string{key}, tagFetch, "")
 		s.counters[ctrPeerFetches].Add(1)
 		if err == nil {
 			if res[0].found {
@@ -130,9 +128,9 @@ func (s *Server) countMerged(shared, led bool) {
 // fillOwned fills a key this node owns: from its previous owner during the
 // grace period after a membership change, then from the origin.
 func (s *Server) fillOwned(key string, v *view, now time.Time, gen uint64) readResult {
-	if prev := v.previousOwner(key, s.cl.self, now); prev != "" {
+	if prev := v.previousOwner(key, s.cl.id, now); prev != "" {
 		if pc := v.clients[prev]; pc != nil {
-			res, err := s.cl.fetch(pc, []string{key}, tagWarm, "")
+			res, err := s.cl.read(pc, []string{key}, tagWarm, "")
 			s.counters[ctrPeerFetches].Add(1)
 			if err == nil && res[0].found {
 				return s.keepOwned(res[0], v, gen)
@@ -153,7 +151,7 @@ func (s *Server) fillOwned(key string, v *view, now time.Time, gen uint64) readR
 // says so.
 func (s *Server) settleMoved(v *view, key string, needValue bool) error {
 	now := s.cfg.Now()
-	prev := v.previousOwner(key, s.cl.self, now)
+	prev := v.previousOwner(key, s.cl.id, now)
 	if prev == "" {
 		return nil
 	}
@@ -163,7 +161,7 @@ func (s *Server) settleMoved(v *view, key string, needValue bool) error {
 	}
 	if _, ok := s.store.Peek(key); needValue && !ok {
 		gen := s.gens.current(key)
-		res, err := s.cl.fetch(pc, []string{key}, tagWarm, "")
+		res, err := s.cl.read(pc, []string{key}, tagWarm, "")
 		s.counters[ctrPeerFetches].Add(1)
 		if err == nil && res[0].found {
 			s.keepOwned(res[0], v, gen)

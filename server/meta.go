@@ -30,7 +30,7 @@ func (c *conn) metaGet(req *protocol.Request) {
 	var ok, routed bool
 	if c.peer {
 		it, ok, routed = c.peerRead(req)
-	} else if c.srv.routed() && c.keyLock == nil && !touch && !m.Flags.Has('N') && !c.owns(key) {
+	} else if c.srv.routed && c.keyLock == nil && !touch && !m.Flags.Has('N') && !c.owns(key) {
 		// Not in the owned store (where stale items and win tokens
 		// live): a plain read, routed like a get. (Not a claimed write:
 		// mg R at the owner holds the key's ownership lock, which a
@@ -137,7 +137,7 @@ func (c *conn) metaGet(req *protocol.Request) {
 // owns reports whether key is in this node's owned store, and this node
 // owns it: only then are stale items and win tokens its to hand out.
 func (c *conn) owns(key string) bool {
-	if cl := c.srv.cl; cl != nil && !cl.owns(cl.view.Load(), key) {
+	if !c.srv.rt.ownsNow(key) {
 		return false
 	}
 	_, ok := c.srv.store.Peek(key)

@@ -142,14 +142,14 @@ func foundCode(found bool) string {
 func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) {
 	s := c.srv
 	kind, node, isTag := parseTag(req.Meta.Opaque)
-	if !isTag || req.Meta.Flags.Has('T') || s.cl == nil {
+	if !isTag || req.Meta.Flags.Has('T') {
 		return it, false, false
 	}
 	key := string(req.Key)
 	var r readResult
 	switch kind {
 	case tagForward:
-		if it, ok := s.localGet(key); ok {
+		if it, ok := s.rt.held(key); ok {
 			r = readResult{it, true}
 		} else {
 			r = s.fill(key)
@@ -179,9 +179,9 @@ func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) 
 	return r.it, r.found, true
 }
 
-// fetch reads keys from a peer with reads of kind (tagForward, tagFetch or
+// read reads keys from a peer with reads of kind (tagForward, tagFetch or
 // tagWarm) and extra mg flags, as items.
-func (cl *cluster) fetch(pc *wire.Client, keys []string, kind, extra string) ([]readResult, error) {
+func (cl *cluster) read(pc *wire.Client, keys []string, kind, extra string) ([]readResult, error) {
 	// The owner rounds the remaining lifetime to the nearest second, and
 	// now is before the owner looked: now+ttl-0.5s is never after the
 	// item's own expiry, so a copy never outlives it.

@@ -31,23 +31,29 @@ type readResult struct {
 	found bool
 }
 
-// localGet serves key from what this node holds: the owned store if it
-// owns the key in its current view, then the copies.
-func (s *Server) localGet(key string) (store.Item, bool) {
-	if s.cl == nil {
-		return s.store.Get(key)
-	}
-	if s.cl.owns(s.cl.view.Load(), key) {
-		s.cl.holders.await(key, s.cl.cfg.InvalidateTimeout)
-		if it, ok := s.store.Get(key); ok {
+// held serves key from what this node holds: the owned store if it owns
+// the key in its current view, then the copies.
+func (cl *cluster) held(key string) (store.Item, bool) {
+	if cl.owns(cl.view.Load(), key) {
+		cl.holders.await(key, cl.cfg.InvalidateTimeout)
+		if it, ok := cl.srv.store.Get(key); ok {
 			return it, true
 		}
 	}
-	return s.cl.copies.Get(key)
+	return cl.copies.Get(key)
 }
 
-// routed reports whether reads may need more than the local store.
-func (s *Server) routed() bool { return s.cl != nil || s.origin != nil }
+// pick chooses the node to serve a read with the bounded-load ring.
+func (cl *cluster) pick(key string) (string, bool, func(), error) { return cl.picker.Pick(key) }
+
+// fetch sends reads the picker routed to node id there, in one batch.
+func (cl *cluster) fetch(id string, keys []string) ([]readResult, error) {
+	pc := cl.view.Load().clients[id]
+	if pc == nil {
+		return nil, errNoPeer
+	}
+	return cl.read(pc, keys, tagForward, "")
+}
 
 // readKeys answers the keys of a client's get at this entry node, in
 // order. Keys held here are served at once; the others are grouped by the
@@ -63,26 +69,22 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 	}
 	var groups map[string]*group
 	var bad unreachable
+	self := s.rt.self()
 	for i, k := range keys {
 		key := string(k)
-		if it, ok := s.localGet(key); ok {
+		if it, ok := s.rt.held(key); ok {
 			out[i] = readResult{it, true}
-			_, owned := s.ownerOf(key)
-			s.countServed(s.selfID(), owned, true)
+			_, owned := s.rt.owner(key)
+			s.countServed(self, owned, true)
 			continue
 		}
-		if s.cl == nil {
-			out[i] = s.fill(key)
-			s.countServed("", true, true)
-			continue
-		}
-		id, primary, release, err := s.cl.picker.Pick(key)
-		if err != nil || id == s.cl.self {
+		id, primary, release, err := s.rt.pick(key)
+		if err != nil || id == self {
 			out[i] = s.fillAvoiding(key, &bad)
 			if release != nil {
 				release()
 			}
-			s.countServed(s.cl.self, primary || err != nil, true)
+			s.countServed(self, primary || err != nil, true)
 			continue
 		}
 		if groups == nil {
@@ -101,21 +103,16 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 	if len(groups) == 0 {
 		return
 	}
-	v := s.cl.view.Load()
 	fetchGroup := func(id string, g *group) {
 		defer func() {
 			for _, r := range g.releases {
 				r()
 			}
 		}()
-		pc := v.clients[id]
 		var res []readResult
-		err := errNoPeer
-		switch {
-		case bad.has(id):
-			err = errUnreachable
-		case pc != nil:
-			res, err = s.cl.fetch(pc, g.keys, tagForward, "")
+		err := errUnreachable
+		if !bad.has(id) {
+			res, err = s.rt.fetch(id, g.keys)
 			s.counters[ctrForwarded].Add(uint64(len(g.keys)))
 			if err != nil {
 				s.counters[ctrPeerErrors].Add(1)
@@ -127,7 +124,7 @@ func (c *conn) readKeys(keys [][]byte, out []readResult) {
 				// The chosen node did not answer: serve it here
 				// rather than fail the client.
 				out[i] = s.fillAvoiding(g.keys[j], &bad)
-				s.countServed(s.cl.self, false, true)
+				s.countServed(self, false, true)
 				continue
 			}
 			out[i] = res[j]
@@ -151,14 +148,6 @@ var (
 	errNoPeer      = errors.New("no connection to that node")
 	errUnreachable = errors.New("that node failed earlier in this request")
 )
-
-// selfID is this node's ID, or "" for a single node.
-func (s *Server) selfID() string {
-	if s.cl == nil {
-		return ""
-	}
-	return s.cl.self
-}
 
 // putCopy keeps an item owned elsewhere for at most the copy TTL, and
 // never beyond the item's own expiry.
@@ -203,16 +192,18 @@ func (cl *cluster) dropCopies() {
 func (s *Server) flushLocal(delay time.Duration) {
 	s.gens.bumpAll()
 	s.store.Flush(delay)
-	if s.cl != nil {
-		s.cl.copies.Flush(delay)
-	}
+	s.rt.flushCopies(delay)
 }
 
-// ownerOf returns the node that owns key, and whether that is this node.
-func (s *Server) ownerOf(key string) (string, bool) {
-	if s.cl == nil {
-		return "", true
-	}
-	o := s.cl.view.Load().ring.Owner(key)
-	return o, o == s.cl.self || o == ""
+func (cl *cluster) flushCopies(delay time.Duration) { cl.copies.Flush(delay) }
+
+// owner returns the node that owns key in this node's view, and whether
+// that is this node.
+func (cl *cluster) owner(key string) (string, bool) {
+	o := cl.view.Load().ring.Owner(key)
+	return o, o == cl.id || o == ""
 }
+
+func (cl *cluster) self() string { return cl.id }
+
+func (cl *cluster) ownsNow(key string) bool { return cl.owns(cl.view.Load(), key) }

@@ -107,7 +107,7 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 	cl.mu.Lock()
 	if old := cl.gossip; old != nil {
 		for _, n := range old.Nodes() {
-			if !r.Has(n.ID) && n.ID != cl.self {
+			if !r.Has(n.ID) && n.ID != cl.id {
 				// The run gossip saw go, not a later one this node
 				// learned of from its fence.
 				cl.gone[n.ID] = cl.gossipBoots[n.ID]
@@ -144,7 +144,7 @@ func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers
 	var nodes []ring.Node
 	if cl.gossip != nil {
 		for _, n := range cl.gossip.Nodes() {
-			if n.ID == cl.self {
+			if n.ID == cl.id {
 				if !cl.leaving {
 					nodes = append(nodes, n)
 				}
@@ -161,7 +161,7 @@ func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers
 				}
 				continue
 			}
-			if uniqueNode(n.ID) == uniqueNode(cl.self) && !cl.warned["cas:"+n.ID] {
+			if uniqueNode(n.ID) == uniqueNode(cl.id) && !cl.warned["cas:"+n.ID] {
 				cl.warned["cas:"+n.ID] = true
 				cl.log.Warn("member's name hashes to this node's CAS unique bits; rename one", "member", n.ID)
 			}
@@ -215,7 +215,7 @@ func (cl *cluster) installLocked() {
 	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string), done: make(chan struct{})}
 	for _, n := range r.Nodes() {
 		nv.byHash[idHash(n.ID)] = n.ID
-		if n.ID == cl.self {
+		if n.ID == cl.id {
 			continue
 		}
 		m := metas[n.ID]
@@ -233,7 +233,7 @@ func (cl *cluster) installLocked() {
 	// owners never served.
 	nv.base = cl.settled
 	if nv.base == nil && r.Len() > 1 {
-		nv.base = r.Without(cl.self)
+		nv.base = r.Without(cl.id)
 	}
 	if nv.base != nil {
 		nv.until = now.Add(cl.cfg.OwnerGrace)
@@ -251,7 +251,7 @@ func (cl *cluster) installLocked() {
 			pc.Close()
 		}
 	}
-	if cl.leaving || nv.base == nil || !gains(nv.base, r, cl.self) {
+	if cl.leaving || nv.base == nil || !gains(nv.base, r, cl.id) {
 		cl.settled = r
 		close(nv.done)
 		return
@@ -295,14 +295,14 @@ func (v *view) previousOwner(key, self string, now time.Time) string {
 // owns reports whether this node owns key in v and may act as its owner:
 // the hand-off of a key it gained is complete.
 func (cl *cluster) owns(v *view, key string) bool {
-	if v.ring.Owner(key) != cl.self {
+	if v.ring.Owner(key) != cl.id {
 		return false
 	}
 	select {
 	case <-v.done:
 		return true
 	default:
-		return v.base.Owner(key) == cl.self
+		return v.base.Owner(key) == cl.id
 	}
 }
 
@@ -310,7 +310,7 @@ func (cl *cluster) owns(v *view, key string) bool {
 // complete or has taken PeerTimeout; the caller checks owns again.
 func (cl *cluster) awaitOwnership(key string) *view {
 	v := cl.view.Load()
-	if v.ring.Owner(key) != cl.self || cl.owns(v, key) {
+	if v.ring.Owner(key) != cl.id || cl.owns(v, key) {
 		return v
 	}
 	t := time.NewTimer(cl.cfg.PeerTimeout)
@@ -338,7 +338,7 @@ func (cl *cluster) valid(key string, seq uint64) bool {
 	if h == nil {
 		return true
 	}
-	return h.valid(key, seq, cl.self, cl.srv.cfg.Now, cl.cfg.OwnerGrace)
+	return h.valid(key, seq, cl.id, cl.srv.cfg.Now, cl.cfg.OwnerGrace)
 }
 
 // dial returns a client of the peer port at addr.
