@@ -28,9 +28,7 @@ func (c *conn) metaGet(req *protocol.Request) {
 
 	var it store.Item
 	var ok, routed bool
-	if c.peer {
-		it, ok, routed = c.peerRead(req)
-	} else if c.srv.routed && c.keyLock == nil && !touch && !m.Flags.Has('N') && !c.owns(key) {
+	if !c.peer && c.srv.routed && c.keyLock == nil && !touch && !m.Flags.Has('N') && !c.owns(key) {
 		// Not in the owned store (where stale items and win tokens
 		// live): a plain read, routed like a get. (Not a claimed write:
 		// mg R at the owner holds the key's ownership lock, which a
@@ -92,6 +90,15 @@ func (c *conn) metaGet(req *protocol.Request) {
 			c.written(req.Key)
 		}
 	}
+	c.metaGetReply(req, it, ok, won)
+}
+
+// metaGetReply answers an mg: a miss (EN, nothing under q) or the item
+// with the flags asked for; won says this request won the item's refresh
+// token.
+func (c *conn) metaGetReply(req *protocol.Request, it store.Item, ok, won bool) {
+	m := &req.Meta
+	touch := m.Flags.Has('T')
 	if !ok {
 		if touch {
 			c.local[statTouchMisses]++

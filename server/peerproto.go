@@ -86,21 +86,24 @@ func isTag(opaque []byte) bool {
 	return ok
 }
 
-// peerRequest serves the tagged requests of the peer protocol that are
-// node business rather than a client's request (drop a copy, drop a moved
-// key's leftover, a membership message), and reports whether req was one.
-// Tagged reads (mg) go through metaGet, which asks peerRead.
+// peerRequest serves the tagged requests of the peer protocol (the table
+// at the top of this file), and reports whether req was one. The others
+// on the peer port are writes forwarded by entry nodes and flush_all,
+// which handle serves as a client's, refusing writes of keys this node
+// does not own.
 func (c *conn) peerRequest(req *protocol.Request) bool {
-	if req.Command != protocol.CmdMetaDelete && req.Command != protocol.CmdMetaSet {
-		return false
-	}
-	kind, _, ok := parseTag(req.Meta.Opaque)
+	kind, node, ok := parseTag(req.Meta.Opaque)
 	if !ok {
 		return false
 	}
 	s, cl := c.srv, c.srv.cl
 	key := string(req.Key)
 	switch {
+	case req.Command == protocol.CmdMetaGet && !req.Meta.Flags.Has('T'):
+		// A touch (gat at another node) is a write: handle claims it.
+		c.local[statCmdGet]++
+		it, ok := c.peerRead(kind, node, key)
+		c.metaGetReply(req, it, ok, false)
 	case req.Command == protocol.CmdMetaDelete && kind == tagInval:
 		// The owner invalidates the copy this node holds.
 		_, had := cl.copies.Peek(key)
@@ -136,16 +139,9 @@ func foundCode(found bool) string {
 	return "NF"
 }
 
-// peerRead serves an mg that another node sent with a peer tag (the
-// table at the top of this file); routed is false for an untagged mg,
-// which metaGet serves as a client's would be.
-func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) {
+// peerRead serves a read that another node sent with a peer tag of kind.
+func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok bool) {
 	s := c.srv
-	kind, node, isTag := parseTag(req.Meta.Opaque)
-	if !isTag || req.Meta.Flags.Has('T') {
-		return it, false, false
-	}
-	key := string(req.Key)
 	var r readResult
 	switch kind {
 	case tagForward:
@@ -173,10 +169,8 @@ func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) 
 		// The owned store whoever owns the key now: the store's Valid
 		// hook keeps items of a key this node lost for the owner grace.
 		r.it, r.found = s.store.Get(key)
-	default:
-		return it, false, false
 	}
-	return r.it, r.found, true
+	return r.it, r.found
 }
 
 // read reads keys from a peer with reads of kind (tagForward, tagFetch or
