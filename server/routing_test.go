@@ -28,13 +28,7 @@ func TestRoutingMultiKeyOrder(t *testing.T) {
 		order := []string{keys[3], keys[0], keys[6], keys[4], keys[1], keys[7], keys[3], keys[8], keys[2], keys[5]}
 		c := dialPipe(t, n, nodes[0].client())
 		c.send("get " + strings.Join(order, " ") + "\r\n")
-		var want strings.Builder
-		for _, k := range order {
-			v := "value-of-" + k
-			fmt.Fprintf(&want, "VALUE %s 0 %d\r\n%s\r\n", k, len(v), v)
-		}
-		want.WriteString("END\r\n")
-		c.expect(want.String())
+		c.expect(originValues(order...))
 		// Six keys live elsewhere: node1's three and node2's three, the
 		// repeated one asked for twice. One origin load per distinct key.
 		if got := nodes[0].srv.counters[ctrForwarded].Load(); got != 7 {
@@ -58,13 +52,7 @@ func TestRoutingDeadPeer(t *testing.T) {
 		c := dialPipe(t, n, nodes[0].client())
 		start := time.Now()
 		c.send("get " + strings.Join(keys, " ") + "\r\n")
-		var want strings.Builder
-		for _, k := range keys {
-			v := "value-of-" + k
-			fmt.Fprintf(&want, "VALUE %s 0 %d\r\n%s\r\n", k, len(v), v)
-		}
-		want.WriteString("END\r\n")
-		c.expect(want.String())
+		c.expect(originValues(keys...))
 		if took, limit := time.Since(start), nodes[0].srv.cl.fetchTimeout; took != limit {
 			t.Errorf("the get took %v; want one fetch timeout, %v", took, limit)
 		}
@@ -171,10 +159,20 @@ func TestRoutingOwnerGrace(t *testing.T) {
 
 		time.Sleep(DefaultOwnerGrace)
 		c.send("get " + gained[2] + "\r\n")
-		v := "value-of-" + gained[2]
-		c.expect(fmt.Sprintf("VALUE %s 0 %d\r\n%s\r\nEND\r\n", gained[2], len(v), v))
+		c.expect(originValues(gained[2]))
 		if got := origin.count(gained[2]); got != 1 {
 			t.Errorf("origin loads of %s after the grace: %d, want 1", gained[2], got)
 		}
 	})
+}
+
+// originValues is the reply to a get of keys that countingOrigin served.
+func originValues(keys ...string) string {
+	var b strings.Builder
+	for _, k := range keys {
+		v := "value-of-" + k
+		fmt.Fprintf(&b, "VALUE %s 0 %d\r\n%s\r\n", k, len(v), v)
+	}
+	b.WriteString("END\r\n")
+	return b.String()
 }
