@@ -110,23 +110,19 @@ func TestRegressBinaryKeyInjection(t *testing.T) {
 // The client idle timeout does not close peer connections, and a pooled
 // connection the owner closed is redialled: a forwarded write succeeds.
 func TestRegressIdlePeerConnFailsWrite(t *testing.T) {
-	nodes := startCluster(t, 2, clusterOpts{idle: 300 * time.Millisecond})
-	var key string
-	for i := 0; ; i++ {
-		if k := fmt.Sprintf("k%d", i); nodes[0].srv.cl.view.Load().ring.Owner(k) == "node1" {
-			key = k
-			break
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+		key := ownedBy(nodes[0], "node1", "k", 1)[0]
+		c := dialPipe(t, n, nodes[0].client())
+		c.send("set " + key + " 0 0 1\r\na\r\n")
+		c.expect("STORED\r\n")
+		time.Sleep(600 * time.Millisecond) // past the idle timeout: c is closed
+		c2 := dialPipe(t, n, nodes[0].client())
+		c2.send("set " + key + " 0 0 1\r\nb\r\n")
+		if got := c2.line(); got != "STORED" {
+			t.Fatalf("forwarded set to a healthy owner: %q", got)
 		}
-	}
-	c := dialRaw(t, nodes[0].addr)
-	c.send("set " + key + " 0 0 1\r\na\r\n")
-	c.expect("STORED\r\n")
-	time.Sleep(600 * time.Millisecond) // node1 closes the idle peer conn; c stays busy enough? re-dial the client
-	c2 := dialRaw(t, nodes[0].addr)
-	c2.send("set " + key + " 0 0 1\r\nb\r\n")
-	if got := c2.line(); got != "STORED" {
-		t.Fatalf("forwarded set to a healthy owner: %q", got)
-	}
+	})
 }
 
 // A delete at the new owner during the grace after a join deletes the
