@@ -18,11 +18,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"spillway/protocol"
@@ -81,19 +79,27 @@ func (c *Client) Close() {
 	c.idle = nil
 }
 
-// get returns a pooled connection (pooled is true) or a new one.
-func (c *Client) get(timeout time.Duration) (pc *conn, pooled bool, err error) {
-	c.mu.Lock()
-	if n := len(c.idle); n > 0 {
+// get returns a pooled connection the peer has not closed, or a new one.
+func (c *Client) get(timeout time.Duration) (*conn, error) {
+	for {
+		c.mu.Lock()
+		n := len(c.idle)
+		if n == 0 {
+			c.mu.Unlock()
+			break
+		}
 		pc := c.idle[n-1]
 		c.idle = c.idle[:n-1]
 		c.mu.Unlock()
-		return pc, true, nil
+		if pc.alive() {
+			return pc, nil
+		}
+		pc.nc.Close()
 	}
-	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var nc net.Conn
+	var err error
 	if c.cfg.Dial != nil {
 		nc, err = c.cfg.Dial(ctx, c.cfg.Addr)
 	} else {
@@ -101,11 +107,23 @@ func (c *Client) get(timeout time.Duration) (pc *conn, pooled bool, err error) {
 		nc, err = d.DialContext(ctx, "tcp", c.cfg.Addr)
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	pc = &conn{nc: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10)}
+	pc := &conn{nc: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10)}
 	pc.rr.MaxValue = c.cfg.MaxValue
-	return pc, false, nil
+	return pc, nil
+}
+
+// alive reports whether an idle connection can carry a request: the peer
+// has not closed it (it restarted, or timed it out) and sent nothing on
+// it. A request is never sent twice: a write the peer may have applied
+// must not be applied again, so a connection is checked before use rather
+// than a failed exchange retried.
+func (pc *conn) alive() bool {
+	pc.nc.SetReadDeadline(time.Now())
+	_, err := pc.r.Peek(1)
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // put returns a healthy connection to the pool; a failed one is closed,
@@ -125,33 +143,18 @@ func (c *Client) put(pc *conn, err error) {
 }
 
 // do runs one exchange on a connection within timeout.
-//
-// A pooled connection the peer has closed meanwhile (it restarted, or an
-// idle timeout) fails at once with EOF or a reset, and the exchange is
-// tried once more on a new connection. Only then: a failure after the
-// request may have been read by the peer is the caller's to handle.
 func (c *Client) do(timeout time.Duration, fn func(pc *conn) error) error {
-	for attempt := 0; ; attempt++ {
-		pc, pooled, err := c.get(timeout)
-		if err != nil {
-			return err
-		}
-		pc.nc.SetDeadline(time.Now().Add(timeout))
-		err = fn(pc)
-		if err == nil {
-			err = pc.w.Flush()
-		}
-		c.put(pc, err)
-		if err == nil || !pooled || attempt > 0 || !closedByPeer(err) {
-			return err
-		}
+	pc, err := c.get(timeout)
+	if err != nil {
+		return err
 	}
-}
-
-// closedByPeer reports errors of a connection the other side had closed.
-func closedByPeer(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	pc.nc.SetDeadline(time.Now().Add(timeout))
+	err = fn(pc)
+	if err == nil {
+		err = pc.w.Flush()
+	}
+	c.put(pc, err)
+	return err
 }
 
 // Value is one key's answer to Fetch.
@@ -166,42 +169,34 @@ type Value struct {
 }
 
 // Fetch reads keys from the peer with one pipelined batch of mg requests,
-// within timeout. tag travels as the opaque token (server/peerproto.go);
-// extra is more mg flags (" T30" touches, for gat).
+// within timeout per reply. tag travels as the opaque token
+// (server/peerproto.go); extra is more mg flags (" T30" touches, for gat).
+// The values are copies of their own.
 func (c *Client) Fetch(timeout time.Duration, keys []string, tag, extra string) ([]Value, error) {
+	st, err := c.Open(timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	for _, k := range keys {
+		st.Send(k, tag, extra)
+	}
 	out := make([]Value, len(keys))
-	err := c.do(timeout, func(pc *conn) error {
-		for _, k := range keys {
-			line := append(pc.w.AvailableBuffer(), "mg "...)
-			line, b64 := protocol.AppendKey(line, k)
-			line = append(line, " v f c t O"...)
-			line = append(line, tag...)
-			line = append(line, extra...)
-			if b64 {
-				line = append(line, " b"...)
-			}
-			line = append(line, "\r\n"...)
-			pc.w.Write(line)
+	for i := range out {
+		v, err := st.Next()
+		if err != nil {
+			return nil, err
 		}
-		if err := pc.w.Flush(); err != nil {
-			return err
-		}
-		for i := range out {
-			v, err := pc.readValue()
-			if err != nil {
-				return err
-			}
-			out[i] = v
-		}
-		return nil
-	})
-	return out, err
+		v.Data = bytes.Clone(v.Data)
+		out[i] = v
+	}
+	return out, nil
 }
 
 // readValue parses "VA <n> f<flags> c<cas> t<ttl> ...\r\n<data>\r\n" or
-// "EN\r\n".
+// "EN\r\n". Data is the connection's buffer, valid until its next read.
 func (pc *conn) readValue() (Value, error) {
-	line, data, err := pc.read()
+	line, data, err := pc.rr.Read(pc.r)
 	switch {
 	case err != nil:
 		return Value{}, err
