@@ -41,8 +41,6 @@ type conn struct {
 	// peer is set on the peer port: requests come from other nodes and
 	// are served here, never routed on.
 	peer bool
-	// results is reused by multi-key reads.
-	results []readResult
 	// keyLock is the ownership lock of the key the request being handled
 	// writes, held from claimWrite until the write is stored.
 	keyLock *sync.RWMutex

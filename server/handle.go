@@ -161,24 +161,18 @@ func (c *conn) get(req *protocol.Request, withCAS bool) {
 	c.w.Status(protocol.End)
 }
 
-// getRouted answers a get that may need other nodes or the origin.
+// getRouted answers a get that may need other nodes or the origin,
+// writing each value as soon as it and those before it are known.
 func (c *conn) getRouted(req *protocol.Request, withCAS bool) {
-	n := len(req.Keys)
-	if cap(c.results) < n {
-		c.results = make([]readResult, n)
-	}
-	res := c.results[:n]
-	c.readKeys(req.Keys, res)
-	for i, k := range req.Keys {
+	c.readKeys(req.Keys, func(i int, r readResult) {
 		c.local[statCmdGet]++
-		if !res[i].found {
+		if !r.found {
 			c.local[statGetMisses]++
-			continue
+			return
 		}
 		c.local[statGetHits]++
-		c.writeValue(k, res[i].it, withCAS)
-	}
-	clear(res) // do not keep values alive until the next get
+		c.writeValue(req.Keys[i], r.it, withCAS)
+	})
 	c.w.Status(protocol.End)
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"strconv"
@@ -33,9 +34,10 @@ func (c *conn) metaGet(req *protocol.Request) {
 		// live): a plain read, routed like a get. (Not a claimed write:
 		// mg R at the owner holds the key's ownership lock, which a
 		// fill would take again.)
-		var res [1]readResult
-		c.readKeys([][]byte{req.Key}, res[:])
-		it, ok, routed = res[0].it, res[0].found, true
+		c.readKeys([][]byte{req.Key}, func(_ int, r readResult) {
+			it, ok, routed = r.it, r.found, true
+			it.Value = bytes.Clone(it.Value) // valid only during this call
+		})
 	}
 	if !routed && !c.owns(key) && !touch && !m.Flags.Has('N') && !m.Flags.Has('R') {
 		// A plain read on the peer port of a key this node does not own

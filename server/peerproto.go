@@ -176,9 +176,6 @@ func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok
 // read reads keys from a peer with reads of kind (tagForward, tagFetch or
 // tagWarm) and extra mg flags, as items.
 func (cl *cluster) read(pc *wire.Client, keys []string, kind, extra string) ([]readResult, error) {
-	// The owner rounds the remaining lifetime to the nearest second, and
-	// now is before the owner looked: now+ttl-0.5s is never after the
-	// item's own expiry, so a copy never outlives it.
 	now := cl.srv.cfg.Now()
 	vals, err := pc.Fetch(cl.fetchTimeout, keys, cl.tag(kind), extra)
 	if err != nil {
@@ -186,16 +183,24 @@ func (cl *cluster) read(pc *wire.Client, keys []string, kind, extra string) ([]r
 	}
 	out := make([]readResult, len(vals))
 	for i, v := range vals {
-		if !v.Found {
-			continue
+		if v.Found {
+			out[i] = readResult{cl.item(keys[i], v, now), true}
 		}
-		it := store.Item{Key: keys[i], Value: v.Data, Flags: v.Flags, CAS: v.CAS}
-		if v.TTL >= 0 {
-			it.Expires = now.Add(time.Duration(v.TTL)*time.Second - time.Second/2)
-		}
-		out[i] = readResult{it, true}
 	}
 	return out, nil
+}
+
+// item is a value read from a peer as an item, its remaining lifetime
+// counted from now, a time before the request was sent. The owner rounds
+// the remaining lifetime to the nearest second, and now is before the
+// owner looked: now+ttl-0.5s is never after the item's own expiry, so a
+// copy never outlives it.
+func (cl *cluster) item(key string, v wire.Value, now time.Time) store.Item {
+	it := store.Item{Key: key, Value: v.Data, Flags: v.Flags, CAS: v.CAS}
+	if v.TTL >= 0 {
+		it.Expires = now.Add(time.Duration(v.TTL)*time.Second - time.Second/2)
+	}
+	return it
 }
 
 // exchange sends a peer one request that is not a read and returns its

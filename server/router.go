@@ -27,8 +27,8 @@ type router interface {
 	// pick chooses the node to serve a read of key that this node does
 	// not hold (bounded loads); release, if not nil, ends the read's load.
 	pick(key string) (id string, primary bool, release func(), err error)
-	// fetch reads keys from node id, which pick chose, in one batch.
-	fetch(id string, keys []string) ([]readResult, error)
+	// reads opens a request's reads at node id, which pick chose.
+	reads(id string) (*remoteReads, error)
 	// fill loads a key this node does not hold, for a fill that started
 	// at the key's generation gen, without asking the nodes in bad.
 	fill(key string, bad *unreachable, gen uint64) readResult
@@ -67,7 +67,7 @@ func (l local) held(key string) (store.Item, bool) { return l.s.store.Get(key) }
 
 func (local) pick(string) (string, bool, func(), error) { return "", true, nil, nil }
 
-func (local) fetch(string, []string) ([]readResult, error) { return nil, errNoPeer }
+func (local) reads(string) (*remoteReads, error) { return nil, errNoPeer }
 
 func (l local) fill(key string, _ *unreachable, gen uint64) readResult {
 	return l.s.keepOwned(l.s.loadOrigin(key), nil, gen)

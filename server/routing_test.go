@@ -176,3 +176,21 @@ func originValues(keys ...string) string {
 	b.WriteString("END\r\n")
 	return b.String()
 }
+
+// A get of thousands of keys owned by another node returns every one of
+// them: the entry node writes its requests to the owner while it reads
+// the replies, over a network with no buffers at all (net.Pipe), where
+// writing all before reading any would stall both nodes.
+func TestRoutingLargeMultiGet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		origin := &countingOrigin{}
+		n, nodes := startFakeCluster(t, 2, func(c *Config) { c.Origin = origin })
+		keys := ownedBy(nodes[0], nodes[1].name, "big", 3000)
+		c := dialPipe(t, n, nodes[0].client())
+		c.send("get " + strings.Join(keys, " ") + "\r\n")
+		c.expect(originValues(keys...))
+		if got := nodes[0].srv.counters[ctrPeerErrors].Load(); got != 0 {
+			t.Errorf("peer errors: %d", got)
+		}
+	})
+}
