@@ -28,6 +28,8 @@ const (
 	DefaultOwnerGrace        = 30 * time.Second
 	DefaultInvalidateTimeout = 100 * time.Millisecond
 	DefaultFenceTTL          = 30 * time.Second
+	DefaultPeerMaxConns      = 4096
+	DefaultPeerIdleTimeout   = 5 * time.Minute
 )
 
 // ClusterConfig makes a node one of a cluster. The node joins through
@@ -52,6 +54,14 @@ type ClusterConfig struct {
 	// PeerMaxIdle is the number of idle connections kept per peer. If zero,
 	// DefaultPeerMaxIdle.
 	PeerMaxIdle int
+	// PeerMaxConns limits the connections other nodes (or anything that
+	// reaches the peer port) hold open to this node's peer port, apart
+	// from the client limit. If zero, DefaultPeerMaxConns.
+	PeerMaxConns int
+	// PeerIdleTimeout closes a peer-port connection that sends nothing for
+	// this long; the other node dials again when it needs one. If zero,
+	// DefaultPeerIdleTimeout.
+	PeerIdleTimeout time.Duration
 	// OwnerGrace is how long after a membership change a key's new owner
 	// reads a miss through from the key's previous owner before the origin,
 	// so that a join or leave does not become an origin stampede. If zero,
@@ -108,6 +118,12 @@ func (c *ClusterConfig) setDefaults() {
 	}
 	if c.PeerMaxIdle == 0 {
 		c.PeerMaxIdle = DefaultPeerMaxIdle
+	}
+	if c.PeerMaxConns == 0 {
+		c.PeerMaxConns = DefaultPeerMaxConns
+	}
+	if c.PeerIdleTimeout == 0 {
+		c.PeerIdleTimeout = DefaultPeerIdleTimeout
 	}
 	if c.OwnerGrace == 0 {
 		c.OwnerGrace = DefaultOwnerGrace

@@ -124,9 +124,9 @@ func (c *conn) serve() {
 			if err := c.w.Flush(); err != nil {
 				return
 			}
-			// Peers keep pooled connections idle on purpose; the idle
-			// timeout is for clients.
-			if d := s.cfg.IdleTimeout; d > 0 && !c.peer {
+			// Peers keep pooled connections idle on purpose: they have
+			// an idle timeout of their own, longer than clients'.
+			if d := c.idleTimeout(); d > 0 {
 				c.nc.SetReadDeadline(time.Now().Add(d))
 			}
 			// Set idle before looking at closing: either Shutdown sees
@@ -153,6 +153,13 @@ func (c *conn) serve() {
 		}
 	}
 	c.w.Flush()
+}
+
+func (c *conn) idleTimeout() time.Duration {
+	if c.peer {
+		return c.srv.cl.cfg.PeerIdleTimeout
+	}
+	return c.srv.cfg.IdleTimeout
 }
 
 // readFailed answers a failed read and reports whether the connection can

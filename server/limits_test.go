@@ -26,3 +26,23 @@ func TestWriteTimeoutCutsNonReader(t *testing.T) {
 		}
 	})
 }
+
+// The peer port has a connection limit and an idle timeout of its own.
+func TestPeerPortLimits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 1, func(c *Config) {
+			c.IdleTimeout = time.Hour
+			c.Cluster.PeerMaxConns = 2
+			c.Cluster.PeerIdleTimeout = time.Minute
+		})
+		a, b := dialPipe(t, n, nodes[0].peer()), dialPipe(t, n, nodes[0].peer())
+		over := dialPipe(t, n, nodes[0].peer())
+		over.expect("SERVER_ERROR too many open connections\r\n")
+		over.expectClosed()
+		a.send("mn\r\n")
+		a.expect("MN\r\n")
+		time.Sleep(time.Minute)
+		a.expectClosed()
+		b.expectClosed()
+	})
+}

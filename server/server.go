@@ -132,8 +132,9 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	// clientConns counts the client connections in conns (peers aside).
-	clientConns int
+	// clientConns and peerConns count the connections in conns of each
+	// port.
+	clientConns, peerConns int
 	connWG      sync.WaitGroup
 
 	releaseOnce sync.Once
@@ -276,21 +277,27 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 	defer s.mu.Unlock()
 	if !add {
 		delete(s.conns, c)
-		if !c.peer {
+		if c.peer {
+			s.peerConns--
+		} else {
 			s.clientConns--
 			s.stats.currConns.Add(-1)
 		}
 		s.connWG.Done()
 		return true
 	}
-	// Peer connections do not count against the client limit: a burst of
-	// clients must not lock the other nodes out of this one.
-	if s.closing.Load() || (!c.peer && s.clientConns >= s.cfg.MaxConns) {
+	// Peer connections have a limit of their own: a burst of clients must
+	// not lock the other nodes out of this one, nor the other way round.
+	full := !c.peer && s.clientConns >= s.cfg.MaxConns ||
+		c.peer && s.peerConns >= s.cl.cfg.PeerMaxConns
+	if s.closing.Load() || full {
 		s.counters[ctrRejectedConns].Add(1)
 		return false
 	}
 	s.conns[c] = struct{}{}
-	if !c.peer {
+	if c.peer {
+		s.peerConns++
+	} else {
 		s.clientConns++
 		s.stats.currConns.Add(1)
 	}

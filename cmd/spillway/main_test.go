@@ -259,3 +259,36 @@ func clusterNodes(addr string) int {
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
+
+// The peer port listens where the other nodes are told to reach it, never
+// on every interface unless --peer-listen says so.
+func TestPeerAddr(t *testing.T) {
+	for _, tc := range []struct {
+		client, advertise, peerListen string
+		want                          string // "" for an error
+	}{
+		{client: "127.0.0.1:11211", want: "127.0.0.1:21211"},
+		{client: "10.0.0.7:11211", advertise: "10.0.0.7", want: "10.0.0.7:21211"},
+		{client: "0.0.0.0:11211", want: ""},
+		{client: "0.0.0.0:11211", advertise: "10.1.2.3", want: "10.1.2.3:21211"},
+		{client: "[::]:11211", advertise: "10.1.2.3:7946", want: "10.1.2.3:21211"},
+		{client: "0.0.0.0:11211", peerListen: "0.0.0.0:21000", want: "0.0.0.0:21000"},
+		{client: "127.0.0.1:60000", want: "127.0.0.1:0"},
+	} {
+		f := serveFlags{advertise: tc.advertise, peerListen: tc.peerListen}
+		addr, err := net.ResolveTCPAddr("tcp", tc.client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := f.peerAddr(addr)
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("%+v: peer port on %s, want an error", tc, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%+v: %q, %v; want %q", tc, got, err, tc.want)
+		}
+	}
+}

@@ -52,6 +52,8 @@ type serveFlags struct {
 	copyMemory    int64
 	copyTTL       time.Duration
 	peerTimeout   time.Duration
+	peerConnLimit int
+	peerIdle      time.Duration
 	ownerGrace    time.Duration
 	invalidate    time.Duration
 	origin        string
@@ -78,7 +80,7 @@ func (f *serveFlags) options() []option {
 		{"", "join", &stringValue{&f.join}, "comma-separated HOST:PORT gossip addresses of any running nodes"},
 		{"", "gossip-key", &stringValue{&f.gossipKey}, "base64 key of 16, 24 or 32 bytes that encrypts gossip; the same on every node"},
 		{"", "weight", &intValue{&f.weight}, "capacity relative to the other nodes (more vnodes, more load)"},
-		{"", "peer-listen", &stringValue{&f.peerListen}, "HOST:PORT for requests from other nodes (default: client port + 10000)"},
+		{"", "peer-listen", &stringValue{&f.peerListen}, "HOST:PORT for requests from other nodes (default: the client port + 10000, on the client host, or on --advertise's host when the client listens on every interface)"},
 		{"", "epsilon", &floatValue{&f.epsilon}, "bounded-load slack: no node gets more than (1+epsilon) times the mean load; inf turns it off"},
 		{"", "load", &stringValue{&f.load}, "load measure for the bound: rate (EWMA of requests) or inflight"},
 		{"", "spill-order", &stringValue{&f.spillOrder}, "where overflow goes: ring (clockwise) or probe (per-key random jumps)"},
@@ -86,6 +88,8 @@ func (f *serveFlags) options() []option {
 		{"", "copy-memory", &sizeValue{p: &f.copyMemory, unit: 1 << 20}, "memory in MiB for copies of keys other nodes own"},
 		{"", "copy-ttl", &durationValue{&f.copyTTL}, "how long a copy lives at most (bounds staleness when an invalidation is lost)"},
 		{"", "peer-timeout", &durationValue{&f.peerTimeout}, "timeout of each request to another node"},
+		{"", "peer-conn-limit", &intValue{&f.peerConnLimit}, "maximum simultaneous connections to the peer port"},
+		{"", "peer-idle-timeout", &durationValue{&f.peerIdle}, "close peer-port connections idle this long"},
 		{"", "owner-grace", &durationValue{&f.ownerGrace}, "after a membership change, how long new owners read misses through from previous owners"},
 		{"", "invalidate-timeout", &durationValue{&f.invalidate}, "how long a write waits for copies elsewhere to be dropped before it answers (a copy not dropped by then lives until --copy-ttl)"},
 		{"", "origin", &stringValue{&f.origin}, "read-through origin: http://host:port/path/{key} or file:///dir"},
@@ -111,6 +115,8 @@ func defaultServeFlags() serveFlags {
 		copyMemory:      server.DefaultCopyMaxBytes,
 		copyTTL:         server.DefaultCopyTTL,
 		peerTimeout:     server.DefaultPeerTimeout,
+		peerConnLimit:   server.DefaultPeerMaxConns,
+		peerIdle:        server.DefaultPeerIdleTimeout,
 		ownerGrace:      server.DefaultOwnerGrace,
 		invalidate:      server.DefaultInvalidateTimeout,
 		originTimeout:   server.DefaultOriginTimeout,
@@ -173,7 +179,12 @@ func serve(args []string, stderr io.Writer) error {
 	}
 	var peerLn net.Listener
 	if f.gossip != "" {
-		if peerLn, err = net.Listen("tcp", f.peerAddr(ln.Addr())); err != nil {
+		addr, err := f.peerAddr(ln.Addr())
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		if peerLn, err = net.Listen("tcp", addr); err != nil {
 			ln.Close()
 			return err
 		}
@@ -248,16 +259,26 @@ func serve(args []string, stderr io.Writer) error {
 }
 
 // peerAddr is --peer-listen, or the client address with the port + 10000.
-func (f *serveFlags) peerAddr(client net.Addr) string {
+// The peer port trusts what it is sent more than the client port does, so
+// it never listens on every interface unless --peer-listen says so: with a
+// client listener on 0.0.0.0 or [::] it takes --advertise's host, the one
+// the other nodes are told to use.
+func (f *serveFlags) peerAddr(client net.Addr) (string, error) {
 	if f.peerListen != "" {
-		return f.peerListen
+		return f.peerListen, nil
 	}
 	host, port, _ := net.SplitHostPort(client.String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if f.advertise == "" {
+			return "", errors.New("the client port listens on every interface: set --advertise (the address other nodes reach this one at, where the peer port listens) or --peer-listen")
+		}
+		host, _, _ = splitPort(f.advertise, 0)
+	}
 	p, _ := strconv.Atoi(port)
 	if p == 0 || p+10000 > 65535 {
-		return net.JoinHostPort(host, "0")
+		return net.JoinHostPort(host, "0"), nil
 	}
-	return net.JoinHostPort(host, strconv.Itoa(p+10000))
+	return net.JoinHostPort(host, strconv.Itoa(p+10000)), nil
 }
 
 // cluster turns the cluster flags into a ClusterConfig. The addresses the
@@ -306,12 +327,14 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 		return nil, err
 	}
 	return &server.ClusterConfig{
-		Peers:        pc,
-		Picker:       pick,
-		CopyMaxBytes: f.copyMemory,
-		CopyTTL:      f.copyTTL,
-		PeerTimeout:  f.peerTimeout,
-		OwnerGrace:   f.ownerGrace,
+		Peers:           pc,
+		Picker:          pick,
+		CopyMaxBytes:    f.copyMemory,
+		CopyTTL:         f.copyTTL,
+		PeerTimeout:     f.peerTimeout,
+		PeerMaxConns:    f.peerConnLimit,
+		PeerIdleTimeout: f.peerIdle,
+		OwnerGrace:      f.ownerGrace,
 
 		InvalidateTimeout: f.invalidate,
 	}, nil
