@@ -156,7 +156,7 @@ type cluster struct {
 	// keys is the ownership lock (see ownership.go).
 	keys keyLocks
 
-	holders holders
+	holders *holders
 	// fetchTimeout bounds a read sent to a peer: PeerTimeout plus the
 	// origin timeout, since the peer may be loading the key.
 	fetchTimeout time.Duration
@@ -228,6 +228,9 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	cl := &cluster{cfg: cfg, srv: srv, log: srv.cfg.Logger, picker: picker, copies: copies,
+		// The registry of the copies other nodes hold of this node's
+		// keys is charged at most what this node's own copies are.
+		holders: newHolders(cfg.CopyTTL, cfg.CopyMaxBytes),
 		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: hex.EncodeToString(b[:]),
 		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}

@@ -159,12 +159,14 @@ func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok
 			break
 		}
 		// Register the holder before reading: a write that lands after
-		// the read then finds it and invalidates the copy.
-		if forgot := s.cl.holders.add(key, node, s.cfg.Now(), s.cl.cfg.CopyTTL); forgot > 0 {
+		// the read then finds it and invalidates the copy. A miss gives
+		// it nothing to keep: the registration goes again.
+		if forgot := s.cl.holders.add(key, node, s.cfg.Now()); forgot > 0 {
 			s.counters[ctrLostInvalidations].Add(uint64(forgot))
 			s.cfg.Logger.Warn("copy holder registry full: forgot holders, whose copies live until the copy TTL", "forgot", forgot)
 		}
 		r = s.fillForPeer(key)
+		s.cl.holders.done(key, node, r.found)
 	case tagWarm:
 		// The owned store whoever owns the key now: the store's Valid
 		// hook keeps items of a key this node lost for the owner grace.

@@ -226,3 +226,20 @@ func TestRoutingNoreplyWithOwnerDown(t *testing.T) {
 		}
 	})
 }
+
+// A read-through of a key the owner does not have registers no copy
+// holder: the registry holds only copies that exist.
+func TestRoutingMissRegistersNoHolder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, nil)
+		keys := ownedBy(nodes[0], nodes[0].name, "miss", 50)
+		for _, k := range keys {
+			if got := spillRead(t, n, nodes[1], "node0", k); !strings.HasPrefix(got, "EN") {
+				t.Fatalf("spilled read of a missing key: %q", got)
+			}
+		}
+		if k, _ := nodes[0].srv.cl.holders.stats(); k != 0 {
+			t.Errorf("%d keys registered with holders after reads that all missed", k)
+		}
+	})
+}
