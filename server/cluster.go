@@ -230,7 +230,7 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cl := &cluster{cfg: cfg, srv: srv, log: srv.cfg.Logger, picker: picker, copies: copies,
 		// The registry of the copies other nodes hold of this node's
 		// keys is charged at most what this node's own copies are.
-		holders: newHolders(cfg.CopyTTL, cfg.CopyMaxBytes),
+		holders:      newHolders(cfg.CopyTTL, cfg.CopyMaxBytes),
 		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: hex.EncodeToString(b[:]),
 		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}

@@ -135,7 +135,7 @@ type Server struct {
 	// clientConns and peerConns count the connections in conns of each
 	// port.
 	clientConns, peerConns int
-	connWG      sync.WaitGroup
+	connWG                 sync.WaitGroup
 
 	releaseOnce sync.Once
 }
