@@ -290,12 +290,11 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 		return nil, fmt.Errorf("--gossip: %w", err)
 	}
 	pc := peers.Config{
-		Name:      f.name,
-		BindAddr:  ghost,
-		BindPort:  gport,
-		Logger:    log,
-		VNodes:    f.vnodes,
-		JoinRetry: 10 * time.Second,
+		Name:     f.name,
+		BindAddr: ghost,
+		BindPort: gport,
+		Logger:   log,
+		VNodes:   f.vnodes,
 	}
 	advHost := ""
 	if f.advertise != "" {
