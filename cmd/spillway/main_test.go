@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -376,5 +377,41 @@ func TestPeerAddr(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("%+v: %q, %v; want %q", tc, got, err, tc.want)
 		}
+	}
+}
+
+// TestBenchEntryGets: on a cluster, each node's cmd_get also counts the
+// reads other nodes forwarded to it; the bench's entry gets count only
+// what the bench sent it, and add up to the bench's gets (issue 15).
+func TestBenchEntryGets(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "report.json")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"bench", "--local", "3", "--requests", "3000", "--keys", "300", "--conns", "6", "--json", out}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Gets    int64
+		Servers []struct {
+			EntryGets uint64 `json:"entry_gets"`
+			CmdGet    uint64 `json:"cmd_get"`
+		}
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var entry, cmdGet uint64
+	for _, s := range rep.Servers {
+		entry += s.EntryGets
+		cmdGet += s.CmdGet
+	}
+	if entry != uint64(rep.Gets) || cmdGet <= entry {
+		t.Errorf("gets %d, entry gets %d, cmd_get %d: want entry gets = gets < cmd_get", rep.Gets, entry, cmdGet)
+	}
+	if !strings.Contains(stdout.String(), "entry gets") {
+		t.Errorf("no entry gets column:\n%s", stdout.String())
 	}
 }
