@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"spillway/internal/memcachedtest"
 )
 
 func TestRunAgainstFake(t *testing.T) {
@@ -325,7 +327,7 @@ func TestCompareText(t *testing.T) {
 }
 
 func TestRunAgainstMemcached(t *testing.T) {
-	addr := startMemcached(t, "-t", "2", "-m", "64")
+	addr := memcachedtest.Start(t)
 	rep, err := Run(context.Background(), Config{
 		Servers:   []string{addr},
 		Conns:     8,
