@@ -83,8 +83,10 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 	if len(cfg.Join) > 0 {
 		n, err := ml.Join(cfg.Join)
 		if alone = !p.joined(); alone {
-			cfg.Logger.Warn("peers: no seed answered; running alone and trying them again in the background",
-				"seeds", cfg.Join, "err", err)
+			// Info, not Warn: nodes started together miss each other at
+			// first. retryJoin warns if it lasts.
+			cfg.Logger.Info("peers: no other node answered yet; running alone and trying the seeds again in the background",
+				joinAttrs(cfg.Join, err)...)
 		} else {
 			cfg.Logger.Info("peers: joined cluster", "seeds_reached", n, "members", ml.NumMembers())
 		}
@@ -96,6 +98,15 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		close(p.joinDone)
 	}
 	return p, nil
+}
+
+// joinAttrs are the log attributes of a join that left the node alone; err
+// is nil when only the node itself answered.
+func joinAttrs(seeds []string, err error) []any {
+	if err == nil {
+		return []any{"seeds", seeds}
+	}
+	return []any{"seeds", seeds, "err", err}
 }
 
 // joined reports whether this node knows another live member. A seed that
@@ -130,8 +141,8 @@ func (p *Peers) retryJoin(seeds []string, longest time.Duration, log *slog.Logge
 		if wait = min(2*wait, longest); wait == longest {
 			level = slog.LevelWarn // every longest wait from now on: the node is still alone
 		}
-		log.Log(context.Background(), level, "peers: no seed answered; running alone", "seeds", seeds,
-			"attempts", attempt, "retry_in", wait, "err", err)
+		log.Log(context.Background(), level, "peers: no other node answered; running alone",
+			append(joinAttrs(seeds, err), "attempts", attempt, "retry_in", wait)...)
 		t.Reset(wait)
 	}
 }
