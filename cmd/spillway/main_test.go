@@ -415,3 +415,33 @@ func TestBenchEntryGets(t *testing.T) {
 		t.Errorf("no entry gets column:\n%s", stdout.String())
 	}
 }
+
+// TestREADMEFlags: README's tables list every flag of serve and bench,
+// with the words of its --help (README may say more, and gives a default
+// the help puts in its words in the default column).
+func TestREADMEFlags(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, bf := defaultServeFlags(), defaultBenchFlags()
+	for _, o := range append(sf.options(), bf.options()...) {
+		var help bytes.Buffer
+		printUsage(&help, "", "", []option{o})
+		// "  -l, --listen VALUE\n      usage (default ...) [$VAR]"
+		lines := strings.Split(help.String(), "\n")
+		names := strings.TrimSpace(lines[len(lines)-3])
+		usage, _, _ := strings.Cut(o.usage, " (default: ")
+		row := "| `" + names + "` | " + usage
+		i := bytes.Index(readme, []byte(row))
+		if i < 0 {
+			t.Errorf("README lacks a row beginning %q", row)
+			continue
+		}
+		line, _, _ := bytes.Cut(readme[i:], []byte("\n"))
+		cells := strings.Split(string(line), " | ")
+		if d := o.value.String(); d != "" && d != "0" && d != "false" && cells[len(cells)-2] != "`"+d+"`" {
+			t.Errorf("README's default of %s is %s; --help's %s", names, cells[len(cells)-2], d)
+		}
+	}
+}
