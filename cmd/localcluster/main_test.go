@@ -11,41 +11,24 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-)
 
-// binDir holds the binaries built for the tests; TestMain removes it.
-var binDir string
+	"spillway/internal/buildtest"
+)
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	buildtest.Cleanup()
 	os.Exit(code)
 }
-
-// spillwayBin builds ../spillway once.
-var spillwayBin = sync.OnceValues(func() (string, error) {
-	var err error
-	if binDir, err = os.MkdirTemp("", "localcluster-test"); err != nil {
-		return "", err
-	}
-	bin := filepath.Join(binDir, "spillway")
-	if out, err := exec.Command("go", "build", "-o", bin, "../spillway").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
 
 func buildSpillway(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds spillway and starts processes")
 	}
-	bin, err := spillwayBin()
+	bin, err := buildtest.Binary("../spillway")
 	if err != nil {
 		t.Fatal(err)
 	}

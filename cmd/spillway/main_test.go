@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"go.uber.org/goleak"
+
+	"spillway/internal/buildtest"
 )
 
 func TestHelpListsEveryFlag(t *testing.T) {
@@ -147,22 +148,6 @@ func (r *roundRobin) Each(f func(net.Addr) error) error {
 	return nil
 }
 
-// binDir holds the binary the process tests start; TestMain removes it.
-var binDir string
-
-// spillwayBin builds the binary once.
-var spillwayBin = sync.OnceValues(func() (string, error) {
-	var err error
-	if binDir, err = os.MkdirTemp("", "spillway-test"); err != nil {
-		return "", err
-	}
-	bin := filepath.Join(binDir, "spillway")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
-
 // node is a "spillway serve" process.
 type node struct {
 	cmd    *exec.Cmd
@@ -178,7 +163,7 @@ type node struct {
 // still runs.
 func startNode(t *testing.T, name, gossip string, args ...string) *node {
 	t.Helper()
-	bin, err := spillwayBin()
+	bin, err := buildtest.Binary(".")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,9 +320,7 @@ func clusterNodes(addr string) int {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	buildtest.Cleanup()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
