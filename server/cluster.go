@@ -30,6 +30,7 @@ const (
 	DefaultFenceTTL          = 30 * time.Second
 	DefaultPeerMaxConns      = 4096
 	DefaultPeerIdleTimeout   = 5 * time.Minute
+	DefaultDrain             = 5 * time.Second
 )
 
 // ClusterConfig makes a node one of a cluster. The node joins through
@@ -70,6 +71,12 @@ type ClusterConfig struct {
 	// InvalidateTimeout bounds how long a write waits for copies to be
 	// invalidated before it answers. If zero, DefaultInvalidateTimeout.
 	InvalidateTimeout time.Duration
+	// Drain is how long a node that shuts down keeps answering its
+	// peers after it left, so that the nodes that took its keys warm
+	// them from it rather than from the origin (Server.Shutdown). It
+	// ends sooner when peers stop asking. If zero, DefaultDrain;
+	// negative, no drain.
+	Drain time.Duration
 	// FenceTTL is how long this node counts a member that announced itself
 	// directly (a hand-off fence) before gossip told of it; a fence from a
 	// member gossip never reports lapses then. If zero, DefaultFenceTTL.
@@ -130,6 +137,9 @@ func (c *ClusterConfig) setDefaults() {
 	}
 	if c.InvalidateTimeout == 0 {
 		c.InvalidateTimeout = DefaultInvalidateTimeout
+	}
+	if c.Drain == 0 {
+		c.Drain = DefaultDrain
 	}
 	if c.FenceTTL == 0 {
 		c.FenceTTL = DefaultFenceTTL

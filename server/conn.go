@@ -89,7 +89,7 @@ func (c *conn) interruptIdle() {
 // false no interruption can be under way and the lock is not needed: the
 // common case costs one compare-and-swap.
 func (c *conn) busy() {
-	if !c.idle.CompareAndSwap(true, false) || !c.srv.closing.Load() {
+	if !c.idle.CompareAndSwap(true, false) || !c.srv.stopping(c.peer) {
 		return
 	}
 	c.mu.Lock()
@@ -132,7 +132,7 @@ func (c *conn) serve() {
 			// Set idle before looking at closing: either Shutdown sees
 			// the flag and interrupts the read, or we see closing here.
 			c.idle.Store(true)
-			if s.closing.Load() {
+			if s.stopping(c.peer) {
 				return
 			}
 		}
@@ -142,6 +142,9 @@ func (c *conn) serve() {
 				return
 			}
 			continue
+		}
+		if c.peer {
+			s.peerRequests.Add(1)
 		}
 		if s.verbose(2) {
 			s.cfg.Logger.Debug("request", "cmd", c.req.Command.String(), "key", string(c.req.Key))

@@ -179,7 +179,11 @@ func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok
 // tagWarm) and extra mg flags, as items.
 func (cl *cluster) read(pc *wire.Client, keys []string, kind, extra string) ([]readResult, error) {
 	now := cl.srv.cfg.Now()
-	vals, err := pc.Fetch(cl.fetchTimeout, keys, cl.tag(kind), extra)
+	timeout := cl.fetchTimeout // the peer may load the key from the origin
+	if kind == tagWarm {
+		timeout = cl.cfg.PeerTimeout // served from its store only
+	}
+	vals, err := pc.Fetch(timeout, keys, cl.tag(kind), extra)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -240,6 +241,55 @@ func TestRoutingMissRegistersNoHolder(t *testing.T) {
 		}
 		if k, _ := nodes[0].srv.cl.holders.stats(); k != 0 {
 			t.Errorf("%d keys registered with holders after reads that all missed", k)
+		}
+	})
+}
+
+// A node that shuts down keeps answering its peers while they warm the
+// keys it owned (the drain): a rolling restart costs no origin loads for
+// the keys read meanwhile. A write at the new owner clears what the
+// leaver holds, so no later warm read brings an older value back.
+func TestRoutingDrainWarmsNewOwners(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		origin := &countingOrigin{}
+		n, nodes := startFakeCluster(t, 3, func(c *Config) { c.Origin = origin })
+		leaver := nodes[2]
+		keys := ownedBy(nodes[0], leaver.name, "dr", 20)
+		w := dialPipe(t, n, nodes[0].client())
+		for _, k := range keys {
+			w.send("set " + k + " 0 0 3\r\nold\r\n")
+			w.expect("STORED\r\n")
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- leaver.srv.Shutdown(context.Background()) }()
+		settle(t, nodes[:2])
+		// Half the keys are read, a quarter written, while it drains.
+		for i, k := range keys[:10] {
+			w.send("get " + k + "\r\n")
+			w.expect("VALUE " + k + " 0 3\r\nold\r\nEND\r\n")
+			if i%2 == 0 {
+				w.send("set " + k + " 0 0 3\r\nnew\r\n")
+				w.expect("STORED\r\n")
+			}
+		}
+		if got := origin.total.Load(); got != 0 {
+			t.Errorf("origin loads during the drain: %d, want 0", got)
+		}
+		if err := <-stopped; err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+		// Drained: the rest come from the origin, and the written keys
+		// keep their new value.
+		for i, k := range keys[:12] {
+			want := originValues(k)
+			switch {
+			case i < 10 && i%2 == 0:
+				want = "VALUE " + k + " 0 3\r\nnew\r\nEND\r\n"
+			case i < 10:
+				want = "VALUE " + k + " 0 3\r\nold\r\nEND\r\n"
+			}
+			w.send("get " + k + "\r\n")
+			w.expect(want)
 		}
 	})
 }

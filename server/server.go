@@ -127,15 +127,20 @@ type Server struct {
 	metrics   *metrics
 
 	verbosity atomic.Int32
-	closing   atomic.Bool
+	// closing is set when Shutdown or Close stops the client port;
+	// peersClosing when it stops the peer port, which a leaving node
+	// keeps open a little longer (ClusterConfig.Drain).
+	closing, peersClosing atomic.Bool
 
 	mu        sync.Mutex
-	listeners map[net.Listener]struct{}
+	listeners map[net.Listener]bool // true: the peer port
 	conns     map[*conn]struct{}
 	// clientConns and peerConns count the connections in conns of each
 	// port.
 	clientConns, peerConns int
-	connWG                 sync.WaitGroup
+	clientWG, peerWG       sync.WaitGroup
+	// peerRequests counts the requests read on the peer port, for drain.
+	peerRequests atomic.Uint64
 
 	releaseOnce sync.Once
 }
@@ -149,7 +154,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:       cfg,
 		start:     cfg.Now(),
-		listeners: make(map[net.Listener]struct{}),
+		listeners: make(map[net.Listener]bool),
 		conns:     make(map[*conn]struct{}),
 	}
 	scfg := store.Config{MaxBytes: cfg.MaxBytes, Now: cfg.Now}
@@ -220,15 +225,15 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 func (s *Server) serve(ln net.Listener, peer bool) error {
-	if !s.trackListener(ln, true) {
+	if !s.trackListener(ln, peer, true) {
 		return ErrServerClosed
 	}
-	defer s.trackListener(ln, false)
+	defer s.trackListener(ln, peer, false)
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.closing.Load() {
+			if s.stopping(peer) {
 				return ErrServerClosed
 			}
 			var ne net.Error
@@ -257,14 +262,23 @@ func (s *Server) serve(ln net.Listener, peer bool) error {
 // Addr-independent bookkeeping of listeners and connections, so Shutdown
 // can find them.
 
-func (s *Server) trackListener(ln net.Listener, add bool) bool {
+// stopping reports whether Shutdown or Close has stopped the client port,
+// or the peer port.
+func (s *Server) stopping(peer bool) bool {
+	if peer {
+		return s.peersClosing.Load()
+	}
+	return s.closing.Load()
+}
+
+func (s *Server) trackListener(ln net.Listener, peer, add bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if add {
-		if s.closing.Load() {
+		if s.stopping(peer) {
 			return false
 		}
-		s.listeners[ln] = struct{}{}
+		s.listeners[ln] = peer
 		return true
 	}
 	delete(s.listeners, ln)
@@ -279,35 +293,42 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 		delete(s.conns, c)
 		if c.peer {
 			s.peerConns--
+			s.peerWG.Done()
 		} else {
 			s.clientConns--
 			s.stats.currConns.Add(-1)
+			s.clientWG.Done()
 		}
-		s.connWG.Done()
 		return true
 	}
 	// Peer connections have a limit of their own: a burst of clients must
 	// not lock the other nodes out of this one, nor the other way round.
 	full := !c.peer && s.clientConns >= s.cfg.MaxConns ||
 		c.peer && s.peerConns >= s.cl.cfg.PeerMaxConns
-	if s.closing.Load() || full {
+	if s.stopping(c.peer) || full {
 		s.counters[ctrRejectedConns].Add(1)
 		return false
 	}
 	s.conns[c] = struct{}{}
 	if c.peer {
 		s.peerConns++
+		s.peerWG.Add(1)
 	} else {
 		s.clientConns++
 		s.stats.currConns.Add(1)
+		s.clientWG.Add(1)
 	}
-	s.connWG.Add(1)
 	return true
 }
 
 // Shutdown stops accepting connections, lets every connection finish the
 // requests it has already received, and returns when all have closed or ctx
 // is done; then it closes the remaining connections and the store.
+//
+// A cluster node first owns nothing and leaves; it closes its client port
+// at once, and keeps its peer port open for ClusterConfig.Drain more (or
+// until ctx ends, or peers stop asking): the nodes that took its keys warm
+// them from it meanwhile instead of loading them from the origin.
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.cl != nil {
 		// Own nothing from now on (writes here are refused, reads go to
@@ -316,29 +337,84 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.cl.leave()
 		s.cl.peers.Leave(s.cfg.LeaveTimeout)
 	}
-	s.mu.Lock()
-	s.closing.Store(true)
-	for ln := range s.listeners {
-		ln.Close()
+	err := s.stopPort(ctx, false)
+	if s.cl != nil && err == nil {
+		s.drain(ctx)
 	}
-	for c := range s.conns {
-		c.interruptIdle()
-	}
-	s.mu.Unlock()
-
-	done := make(chan struct{})
-	go func() { s.connWG.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		s.closeConns()
-		<-done
+	if perr := s.stopPort(ctx, true); err == nil {
+		err = perr
 	}
 	s.release()
 	return err
 }
+
+// stopPort stops the client port, or the peer port: no new connections,
+// idle ones interrupted, busy ones left to answer what they have read;
+// when ctx ends first, the rest are closed.
+func (s *Server) stopPort(ctx context.Context, peer bool) error {
+	s.mu.Lock()
+	if peer {
+		s.peersClosing.Store(true)
+	} else {
+		s.closing.Store(true)
+	}
+	for ln, p := range s.listeners {
+		if p == peer {
+			ln.Close()
+		}
+	}
+	for c := range s.conns {
+		if c.peer == peer {
+			c.interruptIdle()
+		}
+	}
+	s.mu.Unlock()
+	wg := &s.clientWG
+	if peer {
+		wg = &s.peerWG
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.closeConns(peer)
+		<-done
+		return ctx.Err()
+	}
+}
+
+// drain waits, after a leave, while peers may still warm this node's
+// keys from it: until ClusterConfig.Drain has passed, ctx ends, or no
+// peer has sent anything for drainIdle.
+func (s *Server) drain(ctx context.Context) {
+	d := s.cl.cfg.Drain
+	if d <= 0 {
+		return
+	}
+	end := time.Now().Add(d)
+	t := time.NewTimer(drainIdle)
+	defer t.Stop()
+	last := s.peerRequests.Load()
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n := s.peerRequests.Load()
+		if n == last {
+			return
+		}
+		last = n
+		t.Reset(min(drainIdle, time.Until(end)))
+	}
+}
+
+// drainIdle ends a drain early: peers that have asked nothing for this
+// long have warmed what they wanted.
+const drainIdle = 500 * time.Millisecond
 
 // release frees what New made, once.
 func (s *Server) release() {
@@ -354,21 +430,28 @@ func (s *Server) release() {
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closing.Store(true)
+	s.peersClosing.Store(true)
 	for ln := range s.listeners {
 		ln.Close()
 	}
 	s.mu.Unlock()
-	s.closeConns()
-	s.connWG.Wait()
+	s.closeConns(false)
+	s.closeConns(true)
+	s.clientWG.Wait()
+	s.peerWG.Wait()
 	s.release()
 	return nil
 }
 
-func (s *Server) closeConns() {
+// closeConns closes the connections of the peer port, or of the client
+// port.
+func (s *Server) closeConns(peer bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.conns {
-		c.nc.Close()
+		if c.peer == peer {
+			c.nc.Close()
+		}
 	}
 }
 

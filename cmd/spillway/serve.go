@@ -54,6 +54,7 @@ type serveFlags struct {
 	peerTimeout   time.Duration
 	peerConnLimit int
 	peerIdle      time.Duration
+	drain         time.Duration
 	ownerGrace    time.Duration
 	invalidate    time.Duration
 	origin        string
@@ -90,6 +91,7 @@ func (f *serveFlags) options() []option {
 		{"", "peer-timeout", &durationValue{&f.peerTimeout}, "timeout of each request to another node"},
 		{"", "peer-conn-limit", &intValue{&f.peerConnLimit}, "maximum simultaneous connections to the peer port"},
 		{"", "peer-idle-timeout", &durationValue{&f.peerIdle}, "close peer-port connections idle this long"},
+		{"", "drain", &durationValue{&f.drain}, "on shutdown, answer the nodes that take this node's keys for up to this long, so they warm them from here (0: not at all)"},
 		{"", "owner-grace", &durationValue{&f.ownerGrace}, "after a membership change, how long new owners read misses through from previous owners"},
 		{"", "invalidate-timeout", &durationValue{&f.invalidate}, "how long a write waits for copies elsewhere to be dropped before it answers (a copy not dropped by then lives until --copy-ttl, and counts in lost_invalidations)"},
 		{"", "origin", &stringValue{&f.origin}, "read-through origin: http://host:port/path/{key} or file:///dir"},
@@ -117,6 +119,7 @@ func defaultServeFlags() serveFlags {
 		peerTimeout:     server.DefaultPeerTimeout,
 		peerConnLimit:   server.DefaultPeerMaxConns,
 		peerIdle:        server.DefaultPeerIdleTimeout,
+		drain:           server.DefaultDrain,
 		ownerGrace:      server.DefaultOwnerGrace,
 		invalidate:      server.DefaultInvalidateTimeout,
 		originTimeout:   server.DefaultOriginTimeout,
@@ -472,6 +475,7 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 		PeerTimeout:     f.peerTimeout,
 		PeerMaxConns:    f.peerConnLimit,
 		PeerIdleTimeout: f.peerIdle,
+		Drain:           cmp.Or(f.drain, -1), // 0 on the command line: none
 		OwnerGrace:      f.ownerGrace,
 
 		InvalidateTimeout: f.invalidate,
