@@ -20,9 +20,15 @@ var syscallEMFILE = syscall.EMFILE
 type conn struct {
 	srv *Server
 	nc  net.Conn
+	// r and w are the connection's buffers while it has requests to
+	// answer; an idle connection gives them back (awaitInput).
 	r   *protocol.Reader
 	w   *protocol.Writer
 	req protocol.Request
+	// first holds the bytes an idle connection's wait read; input hands
+	// them to r before the rest of the stream.
+	first [256]byte
+	input prefixed
 
 	// counted wraps nc to count bytes_read and bytes_written.
 	counted countingConn
@@ -54,12 +60,63 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{srv: s, nc: nc}
 	c.counted.Conn = nc
 	c.counted.c = c
-	// memcached lets a multi-key get line grow without bound; Spillway
-	// allows one as long as the largest item, so a connection's memory
-	// stays bounded.
-	c.r = protocol.NewReader(&c.counted, protocol.Limits{MaxItemSize: s.cfg.MaxItemSize, MaxGetLine: max(s.cfg.MaxItemSize, protocol.DefaultMaxGetLine)})
-	c.w = protocol.NewWriter(&c.counted)
+	c.input.r = &c.counted
 	return c
+}
+
+// newReader makes a connection's request reader. memcached lets a
+// multi-key get line grow without bound; Spillway allows one as long as
+// the largest item, so a connection's memory stays bounded.
+func (s *Server) newReader() any {
+	return protocol.NewReader(nil, protocol.Limits{MaxItemSize: s.cfg.MaxItemSize, MaxGetLine: max(s.cfg.MaxItemSize, protocol.DefaultMaxGetLine)})
+}
+
+// awaitInput waits for the next bytes from the other end with the
+// connection's buffers back in the server's pools, so that an idle
+// connection holds its goroutine and a few hundred bytes rather than
+// 80 KiB of buffers; then it takes buffers again. It reports false if the
+// connection ended instead (closed, timed out, interrupted).
+func (c *conn) awaitInput() bool {
+	c.releaseBuffers()
+	n, _ := c.counted.Read(c.first[:])
+	if n == 0 {
+		return false
+	}
+	c.input.pre = c.first[:n]
+	c.r = c.srv.readers.Get().(*protocol.Reader)
+	c.r.Reset(&c.input)
+	c.w = c.srv.writers.Get().(*protocol.Writer)
+	c.w.Reset(&c.counted)
+	return true
+}
+
+// releaseBuffers gives the connection's buffers back, if it holds them.
+func (c *conn) releaseBuffers() {
+	if c.r != nil {
+		c.r.Reset(nil)
+		c.srv.readers.Put(c.r)
+		c.r = nil
+	}
+	if c.w != nil {
+		c.w.Reset(nil)
+		c.srv.writers.Put(c.w)
+		c.w = nil
+	}
+}
+
+// prefixed reads pre, then r.
+type prefixed struct {
+	pre []byte
+	r   io.Reader
+}
+
+func (p *prefixed) Read(b []byte) (int, error) {
+	if len(p.pre) > 0 {
+		n := copy(b, p.pre)
+		p.pre = p.pre[n:]
+		return n, nil
+	}
+	return p.r.Read(b)
 }
 
 // reject answers a connection over the limit, as memcached does, and closes it.
@@ -108,6 +165,7 @@ func (c *conn) serve() {
 		}
 		c.flushStats()
 		c.nc.Close()
+		c.releaseBuffers()
 		s.trackConn(c, false)
 		if s.verbose(1) {
 			s.cfg.Logger.Info("connection closed", "remote", c.nc.RemoteAddr().String())
@@ -117,12 +175,14 @@ func (c *conn) serve() {
 		s.cfg.Logger.Info("connection opened", "remote", c.nc.RemoteAddr().String())
 	}
 	for !c.quit {
-		if c.r.Buffered() == 0 {
+		if c.r == nil || c.r.Buffered() == 0 {
 			// The input is drained: everything the client pipelined has
 			// been answered, so send the batch in one write.
 			c.flushStats()
-			if err := c.w.Flush(); err != nil {
-				return
+			if c.w != nil {
+				if err := c.w.Flush(); err != nil {
+					return
+				}
 			}
 			// Peers keep pooled connections idle on purpose: they have
 			// an idle timeout of their own, longer than clients'.
@@ -132,7 +192,7 @@ func (c *conn) serve() {
 			// Set idle before looking at closing: either Shutdown sees
 			// the flag and interrupts the read, or we see closing here.
 			c.idle.Store(true)
-			if s.stopping(c.peer) {
+			if s.stopping(c.peer) || !c.awaitInput() {
 				return
 			}
 		}
@@ -155,7 +215,9 @@ func (c *conn) serve() {
 			s.metrics.byCommand[cmd].Observe(time.Since(start).Seconds())
 		}
 	}
-	c.w.Flush()
+	if c.w != nil {
+		c.w.Flush()
+	}
 }
 
 func (c *conn) idleTimeout() time.Duration {

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"spillway/protocol"
 	"spillway/store"
 )
 
@@ -141,6 +142,9 @@ type Server struct {
 	clientWG, peerWG       sync.WaitGroup
 	// peerRequests counts the requests read on the peer port, for drain.
 	peerRequests atomic.Uint64
+	// readers and writers are the buffers of the connections that have
+	// requests to answer (conn.awaitInput).
+	readers, writers sync.Pool
 
 	releaseOnce sync.Once
 }
@@ -175,6 +179,8 @@ func New(cfg Config) (*Server, error) {
 	s.originSem = make(chan struct{}, cfg.OriginConcurrency)
 	s.metrics = newMetrics(s)
 	s.rt = local{s}
+	s.readers.New = s.newReader
+	s.writers.New = func() any { return protocol.NewWriter(nil) }
 	s.routed = cfg.Cluster != nil || cfg.Origin != nil
 	if cfg.Cluster != nil {
 		cl, err := newCluster(*cfg.Cluster, s)
