@@ -1,6 +1,12 @@
 package server
 
 import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -44,5 +50,80 @@ func TestPeerPortLimits(t *testing.T) {
 		time.Sleep(time.Minute)
 		a.expectClosed()
 		b.expectClosed()
+	})
+}
+
+// A client that trickles a request byte by byte is cut by the idle
+// timeout, counted from when it was last answered, not kept alive by
+// each byte.
+func TestIdleTimeoutCutsSlowloris(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, srv := startPipeServer(t, Config{IdleTimeout: time.Second})
+		c := dialPipe(t, n, "client")
+		start := time.Now()
+		for i := 0; i < 50; i++ {
+			c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err := c.nc.Write([]byte("g")); err != nil {
+				break // closed
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+		synctest.Wait()
+		if got := srv.stats.currConns.Load(); got != 0 {
+			t.Fatalf("a slow client still connected after %v", time.Since(start))
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("the slow client was cut after %v; the idle timeout is 1s", took)
+		}
+	})
+}
+
+// Noise on either port gets error lines or a closed connection, never a
+// crash or a hang, and the node serves the next client.
+func TestNoiseOnPorts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 1, nil)
+		r := rand.New(rand.NewPCG(1, 2))
+		for _, addr := range []string{nodes[0].client(), nodes[0].peer()} {
+			for round := range 20 {
+				noise := make([]byte, 1+r.IntN(4096))
+				for i := range noise {
+					noise[i] = byte(r.IntN(256))
+					if round%2 == 0 && noise[i] == 0x80 {
+						noise[i] = 0 // half the rounds: text noise only
+					}
+				}
+				nc, err := n.dial(context.Background(), addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() {
+					nc.Write(noise)
+					nc.Write([]byte("\r\n"))
+				}()
+				nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+				replies, err := io.ReadAll(bufio.NewReader(io.LimitReader(nc, 1<<20)))
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					// Waiting for the rest of a request it cannot know is
+					// over (a data block, a binary body): fine, if the
+					// node is still well.
+					err = nil
+				}
+				nc.Close()
+				if err != nil {
+					t.Fatalf("%s round %d: %v", addr, round, err)
+				}
+				for _, l := range strings.Split(strings.TrimSuffix(string(replies), "\r\n"), "\r\n") {
+					if l != "" && !strings.HasPrefix(l, "ERROR") && !strings.HasPrefix(l, "CLIENT_ERROR") && !strings.HasPrefix(l, "SERVER_ERROR") && l[0] != 0x81 {
+						t.Errorf("%s round %d: reply %q to noise", addr, round, l)
+					}
+				}
+			}
+			c := dialPipe(t, n, addr)
+			c.send("version\r\n")
+			if got := c.line(); !strings.HasPrefix(got, "VERSION ") {
+				t.Fatalf("%s after the noise: %q", addr, got)
+			}
+		}
 	})
 }
