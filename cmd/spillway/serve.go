@@ -78,8 +78,8 @@ func (f *serveFlags) options() []option {
 		{"", "name", &stringValue{&f.name}, "node ID in the cluster; stable across restarts (default: this machine's hostname:GOSSIP-PORT)"},
 		{"", "gossip", &stringValue{&f.gossip}, "HOST:PORT for membership gossip (UDP and TCP); empty runs the node alone"},
 		{"", "advertise", &stringValue{&f.advertise}, "HOST or HOST:PORT the other nodes should use for gossip, client and peer traffic (for NAT or a 0.0.0.0 listener)"},
-		{"", "join", &stringValue{&f.join}, "comma-separated HOST:PORT gossip addresses of other nodes (this node's own may be among them); until one answers, the node runs alone and retries"},
-		{"", "gossip-key", &stringValue{&f.gossipKey}, "base64 key of 16, 24 or 32 bytes that encrypts gossip; the same on every node"},
+		{"", "join", &stringValue{&f.join}, "comma-separated gossip addresses of other nodes: HOST:PORT (every address HOST resolves to) or dns+srv:NAME (SRV records); this node's own may be among them; until one answers, the node runs alone and retries"},
+		{"", "gossip-key", &stringValue{&f.gossipKey}, "comma-separated base64 keys of 16, 24 or 32 bytes that encrypt gossip: the first encrypts, any decrypts (rotate: add, promote, remove)"},
 		{"", "weight", &intValue{&f.weight}, "capacity relative to the other nodes (more vnodes, more load)"},
 		{"", "peer-listen", &stringValue{&f.peerListen}, "HOST:PORT for requests from other nodes (default: the client port + 10000, on the client host, or on --advertise's host when the client listens on every interface)"},
 		{"", "epsilon", &floatValue{&f.epsilon}, "bounded-load slack: no node gets more than (1+epsilon) times the mean load; inf turns it off"},
@@ -170,25 +170,39 @@ func (f *serveFlags) check(given map[string]string) error {
 	if _, _, err := splitPort(f.gossip, 7946); err != nil {
 		return fmt.Errorf("--gossip: %w", err)
 	}
-	if f.gossipKey != "" {
-		if _, err := f.secretKey(); err != nil {
-			return err
-		}
+	if _, err := f.secretKeys(); err != nil {
+		return err
 	}
 	_, err := pickerConfig(f.epsilon, f.load, f.spillOrder)
 	return err
 }
 
-// secretKey decodes --gossip-key.
-func (f *serveFlags) secretKey() ([]byte, error) {
-	key, err := base64.StdEncoding.DecodeString(f.gossipKey)
-	if err != nil {
-		return nil, fmt.Errorf("--gossip-key: not base64: %w", err)
+// secretKeys decodes --gossip-key: a comma-separated list, the first key
+// to encrypt with and all to decrypt (see peers.Config.SecretKeys).
+func (f *serveFlags) secretKeys() ([][]byte, error) {
+	var keys [][]byte
+	for i, s := range splitList(f.gossipKey) {
+		key, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("--gossip-key: key %d is not base64: %w", i+1, err)
+		}
+		if n := len(key); n != 16 && n != 24 && n != 32 {
+			return nil, fmt.Errorf("--gossip-key: key %d decodes to %d bytes; want 16, 24 or 32 (e.g. head -c32 /dev/urandom | base64)", i+1, n)
+		}
+		keys = append(keys, key)
 	}
-	if n := len(key); n != 16 && n != 24 && n != 32 {
-		return nil, fmt.Errorf("--gossip-key: decodes to %d bytes; want 16, 24 or 32 (e.g. head -c32 /dev/urandom | base64)", n)
+	return keys, nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
 	}
-	return key, nil
+	return out
 }
 
 // nodeName is --name, else this machine's hostname and the gossip port
@@ -451,15 +465,9 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 	if loopback.Is(ghost) {
 		pc.Profile = peers.Local
 	}
-	for _, j := range strings.Split(f.join, ",") {
-		if j = strings.TrimSpace(j); j != "" {
-			pc.Join = append(pc.Join, j)
-		}
-	}
-	if f.gossipKey != "" {
-		if pc.SecretKey, err = f.secretKey(); err != nil {
-			return nil, err
-		}
+	pc.Join = splitList(f.join)
+	if pc.SecretKeys, err = f.secretKeys(); err != nil {
+		return nil, err
 	}
 	pc.Meta = peers.Meta{Client: advertised(client, advHost), Peer: advertised(peer, advHost), Weight: max(f.weight, 1)}
 
