@@ -61,6 +61,9 @@ type serveFlags struct {
 	originTimeout time.Duration
 	originConc    int
 	metrics       string
+
+	config      string
+	printConfig bool
 }
 
 func (f *serveFlags) options() []option {
@@ -77,7 +80,7 @@ func (f *serveFlags) options() []option {
 		{"", "log-format", &stringValue{&f.logFormat}, "log format: text or json"},
 		{"", "name", &stringValue{&f.name}, "node ID in the cluster; stable across restarts (default: this machine's hostname:GOSSIP-PORT)"},
 		{"", "gossip", &stringValue{&f.gossip}, "HOST:PORT for membership gossip (UDP and TCP); empty runs the node alone"},
-		{"", "advertise", &stringValue{&f.advertise}, "HOST or HOST:PORT the other nodes should use for gossip, client and peer traffic (for NAT or a 0.0.0.0 listener)"},
+		{"", "advertise", &stringValue{&f.advertise}, "HOST or HOST:PORT the other nodes should use for gossip, client and peer traffic (for NAT or a 0.0.0.0 listener; a name is resolved once, at start)"},
 		{"", "join", &stringValue{&f.join}, "comma-separated gossip addresses of other nodes: HOST:PORT (every address HOST resolves to) or dns+srv:NAME (SRV records); this node's own may be among them; until one answers, the node runs alone and retries"},
 		{"", "gossip-key", &stringValue{&f.gossipKey}, "comma-separated base64 keys of 16, 24 or 32 bytes that encrypt gossip: the first encrypts, any decrypts (rotate: add, promote, remove)"},
 		{"", "weight", &intValue{&f.weight}, "capacity relative to the other nodes (more vnodes, more load)"},
@@ -98,6 +101,8 @@ func (f *serveFlags) options() []option {
 		{"", "origin-timeout", &durationValue{&f.originTimeout}, "timeout of one origin load"},
 		{"", "origin-concurrency", &intValue{&f.originConc}, "most origin loads at once from this node"},
 		{"", "metrics", &stringValue{&f.metrics}, "HOST:PORT serving Prometheus /metrics, /debug/ring and /debug/pprof/ (empty: off)"},
+		{"", configOption, &stringValue{&f.config}, "YAML file of settings named as the long flags (memory-limit: 1024); the environment and the command line override it"},
+		{"", "print-config", &boolValue{&f.printConfig}, "print the settings in effect, where each came from and secrets masked, and exit"},
 	}
 }
 
@@ -242,11 +247,17 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err := f.check(given); err != nil {
 		return err
 	}
+	name := f.nodeName()
+	if f.printConfig {
+		if _, ok := given["name"]; !ok && name != "" {
+			f.name, given["name"] = name, "default: this machine's hostname:GOSSIP-PORT"
+		}
+		return printConfig(stdout, f.options(), given)
+	}
 	log, err := f.logger(stderr)
 	if err != nil {
 		return err
 	}
-	name := f.nodeName()
 	if name != "" {
 		f.name = name
 		log = log.With("self", name)
@@ -278,6 +289,9 @@ func (f *serveFlags) run(log *slog.Logger) (err error) {
 		if cfg.Origin, err = server.ParseOrigin(f.origin, int(f.maxItemSize)); err != nil {
 			return err
 		}
+	}
+	if err := f.resolveAdvertise(); err != nil {
+		return err
 	}
 	// Every port is bound before the node joins: a node that cannot start
 	// must not have joined the cluster.
@@ -488,6 +502,34 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 
 		InvalidateTimeout: f.invalidate,
 	}, nil
+}
+
+// resolveAdvertise replaces a name in --advertise by its address
+// (an IPv4 one if it has one), for gossip advertises an IP: in a
+// container, --advertise $HOSTNAME names the container's own address.
+func (f *serveFlags) resolveAdvertise() error {
+	host, port, _ := splitPort(f.advertise, -1)
+	if host == "" || net.ParseIP(host) != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupIP(ctx, "ip", host)
+	if err != nil {
+		return fmt.Errorf("--advertise: %w", err)
+	}
+	ip := ips[0]
+	for _, a := range ips {
+		if a.To4() != nil {
+			ip = a
+			break
+		}
+	}
+	f.advertise = ip.String()
+	if port >= 0 {
+		f.advertise = net.JoinHostPort(f.advertise, strconv.Itoa(port))
+	}
+	return nil
 }
 
 // splitPort splits HOST:PORT, or takes HOST with a default port.
