@@ -2,8 +2,9 @@
 GO       ?= go
 BIN      := bin/spillway
 FUZZTIME ?= 60s
-# Debian packages the interop tests drive: a reference memcached and real clients.
-TEST_PKGS := memcached libmemcached-tools python3-pymemcache
+# Debian packages the interop tests drive: a reference memcached, real
+# clients, and Prometheus (promtool and a server, for deploy's tests).
+TEST_PKGS := memcached libmemcached-tools python3-pymemcache prometheus
 
 .PHONY: build run test test-deps test-coherence bench fuzz vet clean
 
@@ -33,6 +34,7 @@ test-deps:
 	command -v memcached >/dev/null || missing="$$missing memcached"; \
 	command -v memccapable >/dev/null || missing="$$missing libmemcached-tools"; \
 	/usr/bin/python3 -c 'import pymemcache' 2>/dev/null || missing="$$missing python3-pymemcache"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing$$missing"; \
