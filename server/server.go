@@ -55,6 +55,9 @@ type Config struct {
 	// holds its connection's memory and goroutine only this long. If zero,
 	// DefaultWriteTimeout; negative, never.
 	WriteTimeout time.Duration
+	// Users, if set, makes every client connection authenticate first,
+	// as memcached's -Y (auth.go): user name to password.
+	Users map[string]string
 	// Logger receives structured logs. If nil, slog.Default().
 	Logger *slog.Logger
 	// Verbosity is memcached's -v level: 1 logs connection events, 2 also

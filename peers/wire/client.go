@@ -16,6 +16,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -39,6 +40,12 @@ type Config struct {
 	// MaxValue bounds a value read from the peer: the asking node's item
 	// size limit, since a larger item could not be kept there either.
 	MaxValue int
+	// TLS, if set, makes each connection a TLS client of the peer port
+	// (with a client certificate, for mutual TLS).
+	TLS *tls.Config
+	// Secrets, if set, authenticate each new connection (Secrets.Answer),
+	// inside TLS if there is TLS.
+	Secrets Secrets
 }
 
 // Client is a pool of connections to one peer, each carrying one exchange
@@ -108,6 +115,20 @@ func (c *Client) get(timeout time.Duration) (*conn, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if c.cfg.TLS != nil {
+		tc := tls.Client(nc, c.cfg.TLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		nc = tc
+	}
+	if len(c.cfg.Secrets) > 0 {
+		if err := c.cfg.Secrets.Answer(nc, timeout); err != nil {
+			nc.Close()
+			return nil, err
+		}
 	}
 	pc := &conn{nc: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10)}
 	pc.rr.MaxValue = c.cfg.MaxValue
