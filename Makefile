@@ -72,6 +72,7 @@ fuzz:
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzReadReply$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzRequestRoundTrip$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzPick$$' ./ring/
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzRequestLines$$' ./peers/wire/
 
 clean:
 	rm -rf bin

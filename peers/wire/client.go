@@ -297,14 +297,7 @@ func (c *Client) Control(timeout time.Duration, tag, verb string, payload []byte
 	if payload == nil {
 		payload = []byte{} // an ms always has a data block, if empty
 	}
-	line := make([]byte, 0, 32+len(verb)+len(tag))
-	line = append(line, "ms "...)
-	line = append(line, verb...)
-	line = append(line, ' ')
-	line = strconv.AppendInt(line, int64(len(payload)), 10)
-	line = append(line, " O"...)
-	line = append(line, tag...)
-	r, err := c.Exchange(timeout, line, payload)
+	r, err := c.Exchange(timeout, ControlLine(verb, tag, len(payload)), payload)
 	if err != nil {
 		return nil, err
 	}
@@ -314,9 +307,25 @@ func (c *Client) Control(timeout time.Duration, tag, verb string, payload []byte
 	return r.Value, nil
 }
 
+// The request lines peers send, without "\r\n". A key that cannot stand
+// in a line goes base64-encoded with the b flag (protocol.AppendKey).
+// FuzzRequestLines parses what they build with protocol.Parse.
+
+// AppendGet appends an mg of key asking for the value, flags, CAS and
+// remaining TTL, with tag as its opaque token and extra flags.
+func AppendGet(line []byte, key, tag, extra string) []byte {
+	line = append(line, "mg "...)
+	line, b64 := protocol.AppendKey(line, key)
+	line = append(line, " v f c t O"...)
+	line = append(line, tag...)
+	line = append(line, extra...)
+	if b64 {
+		line = append(line, " b"...)
+	}
+	return line
+}
+
 // DeleteLine builds a meta delete of key with flags (" O<tag>") appended.
-// A key that cannot stand in a line goes base64-encoded with the b flag
-// (protocol.AppendKey).
 func DeleteLine(key, flags string) []byte {
 	b := append(make([]byte, 0, 8+len(key)*4/3+len(flags)), "md "...)
 	b, b64 := protocol.AppendKey(b, key)
@@ -324,6 +333,18 @@ func DeleteLine(key, flags string) []byte {
 		b = append(b, " b"...)
 	}
 	return append(b, flags...)
+}
+
+// ControlLine builds the ms that carries a membership message of n bytes:
+// its verb is the key, tag the opaque token.
+func ControlLine(verb, tag string, n int) []byte {
+	line := make([]byte, 0, 32+len(verb)+len(tag))
+	line = append(line, "ms "...)
+	line = append(line, verb...)
+	line = append(line, ' ')
+	line = strconv.AppendInt(line, int64(n), 10)
+	line = append(line, " O"...)
+	return append(line, tag...)
 }
 
 func writeRequest(w *bufio.Writer, line, data []byte) {
