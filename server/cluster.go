@@ -25,7 +25,7 @@ const (
 	DefaultCopyTTL           = 5 * time.Second
 	DefaultCopyMaxBytes      = 16 << 20
 	DefaultPeerTimeout       = 500 * time.Millisecond
-	DefaultPeerMaxIdle       = 64
+	DefaultPeerMaxIdle       = 16
 	DefaultOwnerGrace        = 30 * time.Second
 	DefaultInvalidateTimeout = 100 * time.Millisecond
 	DefaultFenceTTL          = 30 * time.Second

@@ -50,6 +50,11 @@ type conn struct {
 	peer bool
 	// authed is set once a client connection authenticated (auth.go).
 	authed bool
+	// unauthed is set on a peer connection that has yet to authenticate.
+	unauthed bool
+	// gone is set when a write to the connection failed or Shutdown closed
+	// it: a request under way stops working for it (awaitable).
+	gone atomic.Bool
 	// keyLock is the ownership lock of the key the request being handled
 	// writes, held from claimWrite until the write is stored.
 	keyLock *sync.RWMutex
@@ -178,11 +183,11 @@ func (c *conn) serve() {
 		s.cfg.Logger.Info("connection opened", "remote", c.nc.RemoteAddr().String())
 	}
 	if c.peer && len(s.cl.cfg.PeerSecrets) > 0 {
-		if err := wire.Secrets(s.cl.cfg.PeerSecrets).Challenge(c.nc, peerAuthTimeout); err != nil {
-			s.counters[ctrRejectedConns].Add(1)
-			s.cfg.Logger.Warn("peer connection refused", "remote", c.nc.RemoteAddr().String(), "err", err)
+		if err := wire.Secrets(s.cl.cfg.PeerSecrets).Challenge(c.nc, s.cl.cfg.Peers.Meta.Peer, peerAuthTimeout); err != nil {
+			s.refusedPeer(c, err)
 			return
 		}
+		s.authed(c)
 	}
 	for !c.quit {
 		if c.r == nil || c.r.Buffered() == 0 {

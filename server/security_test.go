@@ -6,8 +6,10 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"spillway/internal/memcachedtest"
+	"spillway/peers/wire"
 )
 
 // With peer secrets, nodes that share one work as a cluster, and a
@@ -71,4 +73,30 @@ func TestAuthAgainstMemcached(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Connections that have not authenticated cannot fill the peer port: a
+// new one over maxUnauthed ends the oldest, and a node with the secret
+// still gets in while an intruder keeps connections open.
+func TestPeerUnauthenticatedLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 1, func(c *Config) {
+			c.Cluster.PeerSecrets = [][]byte{[]byte("s3cret")}
+			c.Cluster.PeerMaxConns = 4
+		})
+		var intruders []*rawConn
+		for range maxUnauthed + 1 {
+			c := dialPipe(t, n, nodes[0].peer())
+			if got := c.line(); !strings.HasPrefix(got, "SPILLWAY-AUTH ") {
+				t.Fatalf("challenge: %q", got)
+			}
+			intruders = append(intruders, c)
+		}
+		intruders[0].expectClosed() // the oldest made room
+		pc := wire.New(wire.Config{Addr: nodes[0].peer(), Dial: n.dial, Secrets: wire.Secrets{[]byte("s3cret")}})
+		defer pc.Close()
+		if r, err := pc.Exchange(time.Second, []byte("mn"), nil); err != nil || string(r.Line) != "MN" {
+			t.Fatalf("a node with the secret, while intruders hold connections: %q, %v", r.Line, err)
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,6 +142,15 @@ type Server struct {
 	// clientConns and peerConns count the connections in conns of each
 	// port.
 	clientConns, peerConns int
+	// unauthed holds the peer connections that have not authenticated
+	// yet, oldest first. There are at most maxUnauthed; a new one over
+	// that ends the oldest, so a party without the secret that keeps
+	// connections open cannot lock the other nodes out: theirs
+	// authenticate in a round trip, long before they are the oldest.
+	unauthed []*conn
+	// refused and refusedLogged rate-limit the log of refused peer
+	// connections (refusedPeer).
+	refused, refusedLogged atomic.Int64
 	clientWG, peerWG       sync.WaitGroup
 	// peerRequests counts the requests read on the peer port, for drain.
 	peerRequests atomic.Uint64
@@ -259,6 +269,7 @@ func (s *Server) serve(ln net.Listener, peer bool) error {
 		s.counters[ctrTotalConns].Add(1)
 		c := newConn(s, nc)
 		c.peer = peer
+		c.unauthed = peer && len(s.cl.cfg.PeerSecrets) > 0
 		if !s.trackConn(c, true) {
 			c.reject("SERVER_ERROR too many open connections")
 			continue
@@ -293,6 +304,43 @@ func (s *Server) trackListener(ln net.Listener, peer, add bool) bool {
 	return true
 }
 
+// refusedPeer counts a peer connection that failed to authenticate, and
+// logs it, at most once every refusedLogEvery with the count since: a
+// flood of them must not flood the log.
+func (s *Server) refusedPeer(c *conn, err error) {
+	s.counters[ctrRejectedConns].Add(1)
+	n := s.refused.Add(1)
+	now := time.Now().UnixNano()
+	last := s.refusedLogged.Load()
+	if now-last < int64(refusedLogEvery) || !s.refusedLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.refused.Add(-n)
+	s.cfg.Logger.Warn("peer connections refused: no valid secret", "count", n, "last_remote", c.nc.RemoteAddr().String(), "err", err)
+}
+
+const refusedLogEvery = 10 * time.Second
+
+// maxUnauthed bounds the peer connections that have yet to authenticate.
+const maxUnauthed = 16
+
+// authed moves c out of the unauthenticated ones, once.
+func (s *Server) authed(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.authedLocked(c)
+}
+
+func (s *Server) authedLocked(c *conn) {
+	if !c.unauthed {
+		return
+	}
+	c.unauthed = false
+	if i := slices.Index(s.unauthed, c); i >= 0 {
+		s.unauthed = slices.Delete(s.unauthed, i, i+1)
+	}
+}
+
 // trackConn registers c, refusing it when the server is closing or full.
 func (s *Server) trackConn(c *conn, add bool) bool {
 	s.mu.Lock()
@@ -302,6 +350,7 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 		if c.peer {
 			s.peerConns--
 			s.peerWG.Done()
+			s.authedLocked(c)
 		} else {
 			s.clientConns--
 			s.stats.currConns.Add(-1)
@@ -312,7 +361,7 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 	// Peer connections have a limit of their own: a burst of clients must
 	// not lock the other nodes out of this one, nor the other way round.
 	full := !c.peer && s.clientConns >= s.cfg.MaxConns ||
-		c.peer && s.peerConns >= s.cl.cfg.PeerMaxConns
+		c.peer && s.peerConns >= s.cl.cfg.PeerMaxConns && !(c.unauthed && len(s.unauthed) > 0)
 	if s.stopping(c.peer) || full {
 		s.counters[ctrRejectedConns].Add(1)
 		return false
@@ -321,6 +370,13 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 	if c.peer {
 		s.peerConns++
 		s.peerWG.Add(1)
+		if c.unauthed {
+			if len(s.unauthed) >= maxUnauthed || s.peerConns > s.cl.cfg.PeerMaxConns {
+				s.unauthed[0].nc.Close() // its Challenge fails; it untracks itself
+				s.unauthed = s.unauthed[1:]
+			}
+			s.unauthed = append(s.unauthed, c)
+		}
 	} else {
 		s.clientConns++
 		s.stats.currConns.Add(1)

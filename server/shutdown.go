@@ -134,6 +134,7 @@ func (s *Server) closeConns(peer bool) {
 	defer s.mu.Unlock()
 	for c := range s.conns {
 		if c.peer == peer {
+			c.gone.Store(true)
 			c.nc.Close()
 		}
 	}

@@ -186,6 +186,12 @@ func (f *serveFlags) check(given map[string]string) error {
 	if _, _, err := splitPort(f.gossip, 7946); err != nil {
 		return fmt.Errorf("--gossip: %w", err)
 	}
+	if _, ok := given["peer-secret"]; ok && len(f.peerSecrets()) == 0 {
+		return errors.New("--peer-secret: no secret in it (an empty value would turn peer authentication off)")
+	}
+	if (f.authFile != "" || f.tlsCA != "") && f.peerSecret == "" && f.peerTLSCert == "" {
+		return errors.New("--auth-file and --tls-ca guard the client port only: the peer port would serve the same keys to anyone who reaches it; set --peer-secret or --peer-tls-cert too")
+	}
 	if f.gossipKey != "" {
 		if _, err := f.secretKey(); err != nil {
 			return err

@@ -20,12 +20,16 @@ import (
 //
 // The exchange proves both ends know a secret without sending it: the
 // peer port opens with a challenge, the dialling node answers with an
-// HMAC of it and a challenge of its own, and the port answers that. It
-// does not encrypt what follows; use TLS where the network is not trusted.
+// HMAC of it and a challenge of its own, and the port answers that. Each
+// proof names its role and the peer port's address as the dialling node
+// dials it (the address the port advertises): a node tricked into dialling
+// an impostor's port signs for that address only, so the impostor cannot
+// relay the proof to a real port. It does not encrypt what follows; use
+// TLS where the network is not trusted.
 //
 //	port:    SPILLWAY-AUTH <nonce>
-//	dialler: auth <hmac(secret, nonce)> <nonce2>
-//	port:    OK <hmac(secret, nonce2)>     (or closes)
+//	dialler: auth <hmac(secret, "dial", addr, nonce)> <nonce2>
+//	port:    OK <hmac(secret, "port", addr, nonce2)>     (or closes)
 type Secrets [][]byte
 
 // ErrAuth is a peer connection that failed authentication.
@@ -33,14 +37,15 @@ var ErrAuth = errors.New("wire: peer authentication failed")
 
 const (
 	authGreeting = "SPILLWAY-AUTH "
-	authContext  = "spillway peer v1\x00"
+	authContext  = "spillway peer v1"
 	nonceBytes   = 16
 	maxAuthLine  = 256
 )
 
 // Challenge runs the peer port's side on a new connection, within
-// timeout, before anything else is read from it.
-func (s Secrets) Challenge(nc net.Conn, timeout time.Duration) error {
+// timeout, before anything else is read from it; self is the address the
+// port advertises.
+func (s Secrets) Challenge(nc net.Conn, self string, timeout time.Duration) error {
 	nc.SetDeadline(time.Now().Add(timeout))
 	defer nc.SetDeadline(time.Time{})
 	nonce := newNonce()
@@ -54,16 +59,17 @@ func (s Secrets) Challenge(nc net.Conn, timeout time.Duration) error {
 	if len(f) != 3 || f[0] != "auth" || len(f[2]) != 2*nonceBytes {
 		return fmt.Errorf("%w: no auth line", ErrAuth)
 	}
-	secret := s.match(nonce, f[1])
+	secret := s.match("dial", self, nonce, f[1])
 	if secret == nil {
 		return fmt.Errorf("%w: wrong secret", ErrAuth)
 	}
-	_, err = fmt.Fprintf(nc, "OK %s\r\n", proof(secret, f[2]))
+	_, err = fmt.Fprintf(nc, "OK %s\r\n", proof(secret, "port", self, f[2]))
 	return err
 }
 
-// Answer runs the dialling node's side on a new connection.
-func (s Secrets) Answer(nc net.Conn, timeout time.Duration) error {
+// Answer runs the dialling node's side on a new connection to the peer
+// port at addr.
+func (s Secrets) Answer(nc net.Conn, addr string, timeout time.Duration) error {
 	if len(s) == 0 {
 		return fmt.Errorf("%w: no secret to present", ErrAuth)
 	}
@@ -77,33 +83,38 @@ func (s Secrets) Answer(nc net.Conn, timeout time.Duration) error {
 		return fmt.Errorf("%w: the peer port asked for no authentication", ErrAuth)
 	}
 	mine := newNonce()
-	if _, err := fmt.Fprintf(nc, "auth %s %s\r\n", proof(s[0], f[1]), mine); err != nil {
+	if _, err := fmt.Fprintf(nc, "auth %s %s\r\n", proof(s[0], "dial", addr, f[1]), mine); err != nil {
 		return err
 	}
 	f, err = readAuthLine(nc)
 	if err != nil {
 		return err
 	}
-	if len(f) != 2 || f[0] != "OK" || s.match(mine, f[1]) == nil {
+	if len(f) != 2 || f[0] != "OK" || s.match("port", addr, mine, f[1]) == nil {
 		return fmt.Errorf("%w: the peer port does not know the secret", ErrAuth)
 	}
 	return nil
 }
 
-// match returns the secret whose proof of nonce got is, or nil.
-func (s Secrets) match(nonce, got string) []byte {
+// match returns the secret whose proof got is, or nil.
+func (s Secrets) match(role, addr, nonce, got string) []byte {
 	for _, secret := range s {
-		if hmac.Equal([]byte(proof(secret, nonce)), []byte(got)) {
+		if hmac.Equal([]byte(proof(secret, role, addr, nonce)), []byte(got)) {
 			return secret
 		}
 	}
 	return nil
 }
 
-func proof(secret []byte, nonce string) string {
+// proof is the HMAC of one side's answer: its role, the peer port's
+// address and the other side's nonce, each ended by a NUL so that no two
+// inputs run together.
+func proof(secret []byte, role, addr, nonce string) string {
 	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(authContext))
-	m.Write([]byte(nonce))
+	for _, part := range []string{authContext, role, addr, nonce} {
+		m.Write([]byte(part))
+		m.Write([]byte{0})
+	}
 	return hex.EncodeToString(m.Sum(nil))
 }
 

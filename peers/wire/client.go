@@ -125,7 +125,7 @@ func (c *Client) get(timeout time.Duration) (*conn, error) {
 		nc = tc
 	}
 	if len(c.cfg.Secrets) > 0 {
-		if err := c.cfg.Secrets.Answer(nc, timeout); err != nil {
+		if err := c.cfg.Secrets.Answer(nc, c.cfg.Addr, timeout); err != nil {
 			nc.Close()
 			return nil, err
 		}

@@ -173,14 +173,16 @@ func TestSecrets(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		port, dialer Secrets
+		addr         string // the address the dialler dials, "" for the port's
 		ok           bool
 	}{
-		{"same", Secrets{old}, Secrets{old}, true},
-		{"rotating: the dialler presents the new one", Secrets{old, next}, Secrets{next, old}, true},
-		{"rotating: the dialler still presents the old one", Secrets{next, old}, Secrets{old}, true},
-		{"wrong", Secrets{old}, Secrets{next}, false},
-		{"none presented", Secrets{old}, nil, false},
-		{"the port asks for none", nil, Secrets{old}, false},
+		{"same", Secrets{old}, Secrets{old}, "", true},
+		{"rotating: the dialler presents the new one", Secrets{old, next}, Secrets{next, old}, "", true},
+		{"rotating: the dialler still presents the old one", Secrets{next, old}, Secrets{old}, "", true},
+		{"wrong", Secrets{old}, Secrets{next}, "", false},
+		{"none presented", Secrets{old}, nil, "", false},
+		{"the port asks for none", nil, Secrets{old}, "", false},
+		{"a proof for another port's address (a relayed challenge)", Secrets{old}, Secrets{old}, "peer:impostor", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -196,16 +198,19 @@ func TestSecrets(t *testing.T) {
 						portErr <- fmt.Errorf("read %q", buf[:n])
 						return
 					}
-					portErr <- tc.port.Challenge(server, time.Second)
+					portErr <- tc.port.Challenge(server, "peer:a", time.Second)
 				}()
 				var dialErr error
+				if tc.addr == "" {
+					tc.addr = "peer:a"
+				}
 				if tc.dialer == nil {
 					fmt.Fprint(client, "get k\r\n") // a node that does not know the exchange
 					buf := make([]byte, 128)
 					client.Read(buf) // the challenge
 					client.Close()
 				} else {
-					dialErr = tc.dialer.Answer(client, time.Second)
+					dialErr = tc.dialer.Answer(client, tc.addr, time.Second)
 					client.Close()
 				}
 				pErr := <-portErr
