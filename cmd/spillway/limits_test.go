@@ -160,4 +160,3 @@ func TestUnreadPipelinedGetsStayBounded(t *testing.T) {
 		t.Errorf("a client that does not read costs the node %d KiB", per>>10)
 	}
 }
-
