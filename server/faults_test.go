@@ -185,7 +185,7 @@ func faultScenarios() []faultScenario {
 			}
 			fr.recoveredAt = time.Now()
 			fr.part = &partitionTimes{cut: int64(fr.faultAt.Sub(fr.h.start)), cutDone: int64(cutDone.Sub(fr.h.start)),
-				healed: int64(fr.repairAt.Sub(fr.h.start)),
+				healed:  int64(fr.repairAt.Sub(fr.h.start)),
 				settled: int64(fr.recoveredAt.Sub(fr.h.start)), strict: dead >= faultNodes}
 			fr.note("views converged %.1f s after the heal; %d of 5 nodes learned they had been declared dead (settled %.1f s after the heal)",
 				d.Seconds(), dead, fr.recoveredAt.Sub(fr.repairAt).Seconds())
