@@ -430,6 +430,20 @@ func (p *statsPoller) total(name string) uint64 {
 	return sum
 }
 
+// perNode adds a counter over the runs of each node, as last read.
+func (p *statsPoller) perNode(name string) map[string]uint64 {
+	p.once()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]uint64{}
+	for id, st := range p.last {
+		node, _, _ := strings.Cut(id, "/")
+		n, _ := strconv.ParseUint(st[name], 10, 64)
+		out[node] += n
+	}
+	return out
+}
+
 // nodeEvent is a log line the harness reads back.
 type nodeEvent struct {
 	at     time.Time

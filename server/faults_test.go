@@ -160,7 +160,7 @@ func faultScenarios() []faultScenario {
 		{name: "partition n1 n2 / n3 n4 n5, heal", run: func(fr *faultRun) {
 			time.Sleep(fr.p.warm)
 			fr.sides = [][]string{{"n1", "n2"}, {"n3", "n4", "n5"}}
-			dead0 := fr.c.poll.total("declared_dead")
+			dead0 := fr.c.poll.perNode("declared_dead")
 			fr.faultAt = time.Now()
 			if err := fr.c.net.Partition([]int{1, 2}, []int{3, 4, 5}); err != nil {
 				fr.t.Fatal(err)
@@ -172,17 +172,25 @@ func faultScenarios() []faultScenario {
 				fr.t.Fatal(err)
 			}
 			d := fr.converge("heal")
-			// Settled: views converged, and each node the others declared
-			// dead has dropped what it held (declared_dead counts it).
+			// Settled: views converged, and every node has learned the
+			// others declared it dead (its declared_dead moved) and
+			// dropped what it held; a second more for requests under way.
 			deadline := time.Now().Add(fr.p.settle)
-			var dead uint64
+			var learned int
 			for {
-				dead = fr.c.poll.total("declared_dead") - dead0
-				if dead >= faultNodes || time.Now().After(deadline) {
+				learned = 0
+				for node, n := range fr.c.poll.perNode("declared_dead") {
+					if n > dead0[node] {
+						learned++
+					}
+				}
+				if learned >= faultNodes || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(statsEvery)
 			}
+			time.Sleep(time.Second)
+			dead := learned
 			fr.recoveredAt = time.Now()
 			fr.part = &partitionTimes{cut: int64(fr.faultAt.Sub(fr.h.start)), cutDone: int64(cutDone.Sub(fr.h.start)),
 				healed:  int64(fr.repairAt.Sub(fr.h.start)),
