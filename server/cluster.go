@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -24,7 +25,7 @@ const (
 	DefaultCopyTTL           = 5 * time.Second
 	DefaultCopyMaxBytes      = 16 << 20
 	DefaultPeerTimeout       = 500 * time.Millisecond
-	DefaultPeerMaxIdle       = 64
+	DefaultPeerMaxIdle       = 16
 	DefaultOwnerGrace        = 30 * time.Second
 	DefaultInvalidateTimeout = 100 * time.Millisecond
 	DefaultFenceTTL          = 30 * time.Second
@@ -71,6 +72,15 @@ type ClusterConfig struct {
 	// InvalidateTimeout bounds how long a write waits for copies to be
 	// invalidated before it answers. If zero, DefaultInvalidateTimeout.
 	InvalidateTimeout time.Duration
+	// PeerSecrets, if set, authenticate every connection to and from the
+	// peer port (wire.Secrets): the first is presented, any is accepted.
+	// A connection without one is closed before any request is read.
+	PeerSecrets [][]byte
+	// PeerTLS, if set, is the TLS configuration this node dials other
+	// peer ports with (its client certificate, the CA it trusts); the
+	// peer listener given to ServePeers is then a TLS listener that asks
+	// for client certificates.
+	PeerTLS *tls.Config
 	// Drain is how long a node that shuts down keeps answering its
 	// peers after it left, so that the nodes that took its keys warm
 	// them from it rather than from the origin (Server.Shutdown). It

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"spillway/peers/wire"
 	"spillway/protocol"
 )
 
@@ -47,6 +48,13 @@ type conn struct {
 	// peer is set on the peer port: requests come from other nodes and
 	// are served here, never routed on.
 	peer bool
+	// authed is set once a client connection authenticated (auth.go).
+	authed bool
+	// unauthed is set on a peer connection that has yet to authenticate.
+	unauthed bool
+	// gone is set when a write to the connection failed or Shutdown closed
+	// it: a request under way stops working for it (awaitable).
+	gone atomic.Bool
 	// keyLock is the ownership lock of the key the request being handled
 	// writes, held from claimWrite until the write is stored.
 	keyLock *sync.RWMutex
@@ -174,6 +182,13 @@ func (c *conn) serve() {
 	if s.verbose(1) {
 		s.cfg.Logger.Info("connection opened", "remote", c.nc.RemoteAddr().String())
 	}
+	if c.peer && len(s.cl.cfg.PeerSecrets) > 0 {
+		if err := wire.Secrets(s.cl.cfg.PeerSecrets).Challenge(c.nc, s.cl.cfg.Peers.Meta.Peer, peerAuthTimeout); err != nil {
+			s.refusedPeer(c, err)
+			return
+		}
+		s.authed(c)
+	}
 	for !c.quit {
 		if c.r == nil || c.r.Buffered() == 0 {
 			// The input is drained: everything the client pipelined has
@@ -197,6 +212,10 @@ func (c *conn) serve() {
 			}
 		}
 		err := c.r.Read(&c.req)
+		if !c.authed && !c.peer && s.cfg.Users != nil && !protocol.Fatal(err) {
+			c.authenticate(err)
+			continue
+		}
 		if err != nil {
 			if !c.readFailed(err) {
 				return
@@ -219,6 +238,9 @@ func (c *conn) serve() {
 		c.w.Flush()
 	}
 }
+
+// peerAuthTimeout bounds the authentication of a peer connection.
+const peerAuthTimeout = 5 * time.Second
 
 func (c *conn) idleTimeout() time.Duration {
 	if c.peer {

@@ -31,11 +31,11 @@ type holders struct {
 const holderShards = 64
 
 // holderEntryCost is what one key's entry costs beyond its key and its
-// holders: the map slot, the entry and its FIFO record.
-const holderEntryCost = 96
+// holders: the entry (96 bytes), its map slot and its FIFO record.
+const holderEntryCost = 160
 
-// holderCost is what one holder of a key costs.
-const holderCost = 16
+// holderCost is what one holder of a key costs (unsafe.Sizeof(holder{})).
+const holderCost = 48
 
 type holderShard struct {
 	mu    sync.Mutex
@@ -43,6 +43,10 @@ type holderShard struct {
 	fifo  []*holderEntry // oldest first, from head
 	head  int
 	bytes int
+	// dead counts the FIFO's records of dropped entries: they wait to
+	// reach the head, and compact removes them before they outnumber the
+	// live ones, so the FIFO stays within a small multiple of the budget.
+	dead int
 	// rounds holds, per key, the latest write under way at this owner,
 	// closed when the write and its invalidations are over and every
 	// earlier round of the key is too. While one is open, reads of the
@@ -186,6 +190,25 @@ func (sh *holderShard) dropLocked(e *holderEntry) {
 	e.gone = true
 	sh.bytes -= holderEntryCost + len(e.key) + holderCost*len(e.nodes)
 	e.nodes = nil
+	sh.dead++
+	if sh.dead > len(sh.keys)+64 {
+		sh.compactLocked()
+	}
+}
+
+// compactLocked drops the dead records from the FIFO.
+func (sh *holderShard) compactLocked() {
+	live := sh.fifo[:0]
+	for _, e := range sh.fifo[sh.head:] {
+		if !e.gone {
+			live = append(live, e)
+		}
+	}
+	clear(sh.fifo[len(live):])
+	sh.fifo, sh.head, sh.dead = live, 0, 0
+	if cap(sh.fifo) > 4*len(sh.fifo)+64 {
+		sh.fifo = slices.Clip(slices.Clone(sh.fifo)) // give a burst's array back
+	}
 }
 
 // expireLocked drops entries from the FIFO's head: dead records, expired
@@ -198,6 +221,7 @@ func (sh *holderShard) expireLocked(now time.Time, ttl time.Duration, free int) 
 		e := sh.fifo[sh.head]
 		switch {
 		case e.gone:
+			sh.dead--
 		case e.at.After(e.queued):
 			e.queued = e.at
 			sh.fifo = append(sh.fifo, e)

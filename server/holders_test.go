@@ -118,3 +118,44 @@ func BenchmarkHoldersAddFull(b *testing.B) {
 		h.done(k, uint64(i), true)
 	}
 }
+
+// The copy-holder registry's memory stays bounded when read-throughs
+// miss at a high rate: the records of dropped entries are compacted away
+// rather than pinned behind a live one for the copy TTL (a review saw
+// 200,000 of them, ~22 MB, charged 115 bytes).
+func TestHoldersFIFOBounded(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ttl := 5 * time.Second
+	h := newHolders(ttl, 64<<10) // 64 KiB budget: 1 KiB a shard
+	// A live entry: node 1 kept a copy of "hot".
+	h.add("hot", 1, t0)
+	h.done("hot", 1, true)
+	sh := h.shard("hot")
+	// Node 2 asks for one key that is not there, over and over, within
+	// one TTL (here 200,000 misses in 4 s: 50,000 misses/s at one owner).
+	miss := "hot"
+	for i := 0; ; i++ { // a key in the same shard as "hot"
+		k := "missing-" + string(rune('a'+i%26)) + string(rune('a'+i/26%26))
+		if h.shard(k) == sh {
+			miss = k
+			break
+		}
+	}
+	const n = 200_000
+	for i := range n {
+		now := t0.Add(time.Duration(i) * (4 * time.Second / n))
+		h.add(miss, 2, now)
+		h.done(miss, 2, false)
+	}
+	_, bytes := h.stats()
+	sh.mu.Lock()
+	records := len(sh.fifo) - sh.head
+	capacity := cap(sh.fifo)
+	sh.mu.Unlock()
+	t.Logf("budget %d B a shard; registry charges %d B; FIFO holds %d records (cap %d), each a dead *holderEntry of %d+ bytes",
+		h.maxBytes, bytes, records, capacity, holderEntryCost+len(miss))
+	if records > 1000 {
+		t.Errorf("FIFO holds %d records (~%d KiB uncounted) while the registry charges %d B of a %d B budget",
+			records, records*(holderEntryCost+len(miss)+8)/1024, bytes, h.maxBytes)
+	}
+}

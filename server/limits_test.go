@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Bounds on what a client can make a node hold.
@@ -126,4 +129,64 @@ func TestNoiseOnPorts(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A write that fails (NOT_FOUND, EXISTS, NOT_STORED ...) for a client
+// that stopped reading never waits for that client while it holds the
+// key's ownership lock: a view change waits for that lock, and writes of
+// every key behind it (a review saw one wait the whole write timeout).
+//
+// Runs on the in-process network in real time (not synctest: a goroutine
+// blocked on a mutex is not durably blocked, so the bubble's clock would
+// not reach the write timeout).
+func TestFailedWriteReplyOutsideKeyLock(t *testing.T) {
+	const writeTimeout = 3 * time.Second
+	tune := func(c *Config) { c.WriteTimeout = writeTimeout }
+	n, nodes := startFakeCluster(t, 2, tune)
+	node0 := nodes[0]
+	stripe := func(k string) uint64 { return xxhash.Sum64String(k) % keyLockStripes }
+	own := ownedBy(node0, node0.name, "kl", 200)
+	attackKey, victimKey := own[0], ""
+	for _, k := range own[1:] {
+		if stripe(k) == stripe(attackKey) {
+			victimKey = k
+			break
+		}
+	}
+	if victimKey == "" {
+		t.Skip("no second key in the stripe")
+	}
+	// A value whose get reply leaves 2 bytes free in the 64 KiB writer.
+	w := dialPipe(t, n, node0.client())
+	big := "g" // key
+	size := 65534 - len(fmt.Sprintf("VALUE %s 0 65510\r\n", big)) - 2 - len("END\r\n")
+	w.send(fmt.Sprintf("set %s 0 0 %d\r\n%s\r\n", big, size, strings.Repeat("x", size)))
+	w.expect("STORED\r\n")
+	if o := node0.srv.cl.view.Load().ring.Owner(big); o != node0.name {
+		// Served from another node it still fills the writer the same way.
+		t.Logf("(%s is owned by %s)", big, o)
+	}
+
+	// The slow client: a get that fills the writer, then an incr of a
+	// missing key it owns, and it reads nothing.
+	slow := dialPipe(t, n, node0.client())
+	slow.send(fmt.Sprintf("get %s\r\nincr %s 1\r\n", big, attackKey))
+	time.Sleep(200 * time.Millisecond)
+
+	// A node joins: node0's view change waits for the stripe.
+	start := time.Now()
+	joined := make(chan *fakeNode, 1)
+	go func() { joined <- startFakeNode(t, n, "node2", tune) }()
+	time.Sleep(200 * time.Millisecond)
+
+	// An unrelated client's write of another key of that stripe.
+	v := dialPipe(t, n, node0.client())
+	v.send("set " + victimKey + " 0 0 1\r\nv\r\n")
+	reply := v.line()
+	took := time.Since(start)
+	t.Logf("victim set of %s (stripe %d) answered %q after %v (write timeout %v)", victimKey, stripe(victimKey), reply, took.Round(10*time.Millisecond), writeTimeout)
+	if took > writeTimeout/2 {
+		t.Errorf("a write of an unrelated key waited %v behind a client that stopped reading", took.Round(10*time.Millisecond))
+	}
+	<-joined
 }

@@ -293,3 +293,43 @@ func TestRoutingDrainWarmsNewOwners(t *testing.T) {
 		}
 	})
 }
+
+// An acknowledged flush_all is not undone by a leaver that drains: the
+// new owners stop warming from departed owners, which the flush did not
+// reach (a review found 20 of 20 reads served the pre-flush value).
+func TestRoutingFlushAllDuringDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 3, nil)
+		leaver := nodes[2]
+		keys := ownedBy(nodes[0], leaver.name, "fl", 10)
+		w := dialPipe(t, n, nodes[0].client())
+		for _, k := range keys {
+			w.send("set " + k + " 0 0 3\r\nold\r\n")
+			w.expect("STORED\r\n")
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- leaver.srv.Shutdown(context.Background()) }()
+		settle(t, nodes[:2])
+		// Keep the drain going (as the new owners' warm reads do under load).
+		w.send("get " + keys[0] + "\r\n")
+		w.expect("VALUE " + keys[0] + " 0 3\r\nold\r\nEND\r\n")
+
+		w.send("flush_all\r\n")
+		w.expect("OK\r\n")
+		stale := 0
+		for _, k := range keys {
+			for _, nd := range nodes[:2] {
+				c := dialPipe(t, n, nd.client())
+				c.send("get " + k + "\r\n")
+				if got := c.line(); got != "END" {
+					stale++
+					t.Errorf("%s: get %s after an acknowledged flush_all: %q (want a miss)", nd.name, k, got)
+					c.line()
+					c.line()
+				}
+			}
+		}
+		t.Logf("%d of %d reads after flush_all served the pre-flush value", stale, 2*len(keys))
+		<-stopped
+	})
+}

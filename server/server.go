@@ -1,13 +1,13 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +55,9 @@ type Config struct {
 	// holds its connection's memory and goroutine only this long. If zero,
 	// DefaultWriteTimeout; negative, never.
 	WriteTimeout time.Duration
+	// Users, if set, makes every client connection authenticate first,
+	// as memcached's -Y (auth.go): user name to password.
+	Users map[string]string
 	// Logger receives structured logs. If nil, slog.Default().
 	Logger *slog.Logger
 	// Verbosity is memcached's -v level: 1 logs connection events, 2 also
@@ -139,6 +142,15 @@ type Server struct {
 	// clientConns and peerConns count the connections in conns of each
 	// port.
 	clientConns, peerConns int
+	// unauthed holds the peer connections that have not authenticated
+	// yet, oldest first. There are at most maxUnauthed; a new one over
+	// that ends the oldest, so a party without the secret that keeps
+	// connections open cannot lock the other nodes out: theirs
+	// authenticate in a round trip, long before they are the oldest.
+	unauthed []*conn
+	// refused and refusedLogged rate-limit the log of refused peer
+	// connections (refusedPeer).
+	refused, refusedLogged atomic.Int64
 	clientWG, peerWG       sync.WaitGroup
 	// peerRequests counts the requests read on the peer port, for drain.
 	peerRequests atomic.Uint64
@@ -257,6 +269,7 @@ func (s *Server) serve(ln net.Listener, peer bool) error {
 		s.counters[ctrTotalConns].Add(1)
 		c := newConn(s, nc)
 		c.peer = peer
+		c.unauthed = peer && len(s.cl.cfg.PeerSecrets) > 0
 		if !s.trackConn(c, true) {
 			c.reject("SERVER_ERROR too many open connections")
 			continue
@@ -291,6 +304,43 @@ func (s *Server) trackListener(ln net.Listener, peer, add bool) bool {
 	return true
 }
 
+// refusedPeer counts a peer connection that failed to authenticate, and
+// logs it, at most once every refusedLogEvery with the count since: a
+// flood of them must not flood the log.
+func (s *Server) refusedPeer(c *conn, err error) {
+	s.counters[ctrRejectedConns].Add(1)
+	n := s.refused.Add(1)
+	now := time.Now().UnixNano()
+	last := s.refusedLogged.Load()
+	if now-last < int64(refusedLogEvery) || !s.refusedLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.refused.Add(-n)
+	s.cfg.Logger.Warn("peer connections refused: no valid secret", "count", n, "last_remote", c.nc.RemoteAddr().String(), "err", err)
+}
+
+const refusedLogEvery = 10 * time.Second
+
+// maxUnauthed bounds the peer connections that have yet to authenticate.
+const maxUnauthed = 16
+
+// authed moves c out of the unauthenticated ones, once.
+func (s *Server) authed(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.authedLocked(c)
+}
+
+func (s *Server) authedLocked(c *conn) {
+	if !c.unauthed {
+		return
+	}
+	c.unauthed = false
+	if i := slices.Index(s.unauthed, c); i >= 0 {
+		s.unauthed = slices.Delete(s.unauthed, i, i+1)
+	}
+}
+
 // trackConn registers c, refusing it when the server is closing or full.
 func (s *Server) trackConn(c *conn, add bool) bool {
 	s.mu.Lock()
@@ -300,6 +350,7 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 		if c.peer {
 			s.peerConns--
 			s.peerWG.Done()
+			s.authedLocked(c)
 		} else {
 			s.clientConns--
 			s.stats.currConns.Add(-1)
@@ -310,7 +361,7 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 	// Peer connections have a limit of their own: a burst of clients must
 	// not lock the other nodes out of this one, nor the other way round.
 	full := !c.peer && s.clientConns >= s.cfg.MaxConns ||
-		c.peer && s.peerConns >= s.cl.cfg.PeerMaxConns
+		c.peer && s.peerConns >= s.cl.cfg.PeerMaxConns && !(c.unauthed && len(s.unauthed) > 0)
 	if s.stopping(c.peer) || full {
 		s.counters[ctrRejectedConns].Add(1)
 		return false
@@ -319,146 +370,19 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 	if c.peer {
 		s.peerConns++
 		s.peerWG.Add(1)
+		if c.unauthed {
+			if len(s.unauthed) >= maxUnauthed || s.peerConns > s.cl.cfg.PeerMaxConns {
+				s.unauthed[0].nc.Close() // its Challenge fails; it untracks itself
+				s.unauthed = s.unauthed[1:]
+			}
+			s.unauthed = append(s.unauthed, c)
+		}
 	} else {
 		s.clientConns++
 		s.stats.currConns.Add(1)
 		s.clientWG.Add(1)
 	}
 	return true
-}
-
-// Shutdown stops accepting connections, lets every connection finish the
-// requests it has already received, and returns when all have closed or ctx
-// is done; then it closes the remaining connections and the store.
-//
-// A cluster node first owns nothing and leaves; it closes its client port
-// at once, and keeps its peer port open for ClusterConfig.Drain more (or
-// until ctx ends, or peers stop asking): the nodes that took its keys warm
-// them from it meanwhile instead of loading them from the origin.
-func (s *Server) Shutdown(ctx context.Context) error {
-	if s.cl != nil {
-		// Own nothing from now on (writes here are refused, reads go to
-		// the others), then leave, so the others route around this node
-		// while it finishes what it has.
-		s.cl.leave()
-		s.cl.peers.Leave(s.cfg.LeaveTimeout)
-	}
-	err := s.stopPort(ctx, false)
-	if s.cl != nil && err == nil {
-		s.drain(ctx)
-	}
-	if perr := s.stopPort(ctx, true); err == nil {
-		err = perr
-	}
-	s.release()
-	return err
-}
-
-// stopPort stops the client port, or the peer port: no new connections,
-// idle ones interrupted, busy ones left to answer what they have read;
-// when ctx ends first, the rest are closed.
-func (s *Server) stopPort(ctx context.Context, peer bool) error {
-	s.mu.Lock()
-	if peer {
-		s.peersClosing.Store(true)
-	} else {
-		s.closing.Store(true)
-	}
-	for ln, p := range s.listeners {
-		if p == peer {
-			ln.Close()
-		}
-	}
-	for c := range s.conns {
-		if c.peer == peer {
-			c.interruptIdle()
-		}
-	}
-	s.mu.Unlock()
-	wg := &s.clientWG
-	if peer {
-		wg = &s.peerWG
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		s.closeConns(peer)
-		<-done
-		return ctx.Err()
-	}
-}
-
-// drain waits, after a leave, while peers may still warm this node's
-// keys from it: until ClusterConfig.Drain has passed, ctx ends, or no
-// peer has sent anything for drainIdle.
-func (s *Server) drain(ctx context.Context) {
-	d := s.cl.cfg.Drain
-	if d <= 0 {
-		return
-	}
-	end := time.Now().Add(d)
-	t := time.NewTimer(drainIdle)
-	defer t.Stop()
-	last := s.peerRequests.Load()
-	for time.Now().Before(end) {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		n := s.peerRequests.Load()
-		if n == last {
-			return
-		}
-		last = n
-		t.Reset(min(drainIdle, time.Until(end)))
-	}
-}
-
-// drainIdle ends a drain early: peers that have asked nothing for this
-// long have warmed what they wanted.
-const drainIdle = 500 * time.Millisecond
-
-// release frees what New made, once.
-func (s *Server) release() {
-	s.releaseOnce.Do(func() {
-		if s.cl != nil {
-			s.cl.close()
-		}
-		s.store.Close()
-	})
-}
-
-// Close closes every listener and connection at once and releases the store.
-func (s *Server) Close() error {
-	s.mu.Lock()
-	s.closing.Store(true)
-	s.peersClosing.Store(true)
-	for ln := range s.listeners {
-		ln.Close()
-	}
-	s.mu.Unlock()
-	s.closeConns(false)
-	s.closeConns(true)
-	s.clientWG.Wait()
-	s.peerWG.Wait()
-	s.release()
-	return nil
-}
-
-// closeConns closes the connections of the peer port, or of the client
-// port.
-func (s *Server) closeConns(peer bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.conns {
-		if c.peer == peer {
-			c.nc.Close()
-		}
-	}
 }
 
 // logf-style helpers keep verbosity checks out of the request path.

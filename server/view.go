@@ -383,5 +383,6 @@ func (cl *cluster) valid(key string, seq uint64) bool {
 
 // dial returns a client of the peer port at addr.
 func (cl *cluster) dial(addr string) *wire.Client {
-	return wire.New(wire.Config{Addr: addr, Dial: cl.cfg.dial, MaxIdle: cl.cfg.PeerMaxIdle, MaxValue: cl.srv.cfg.MaxItemSize})
+	return wire.New(wire.Config{Addr: addr, Dial: cl.cfg.dial, MaxIdle: cl.cfg.PeerMaxIdle, MaxValue: cl.srv.cfg.MaxItemSize,
+		TLS: cl.cfg.PeerTLS, Secrets: cl.cfg.PeerSecrets})
 }

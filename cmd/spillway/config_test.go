@@ -154,6 +154,7 @@ func TestPrintConfig(t *testing.T) {
 	path := writeConfig(t, "copy-ttl: 9s\n")
 	t.Setenv("SPILLWAY_GOSSIP_KEY", k1+","+k2)
 	t.Setenv("SPILLWAY_EPSILON", "inf")
+	t.Setenv("SPILLWAY_PEER_SECRET", "s3cret-one,s3cret-two")
 	args := []string{"serve", "--print-config", "--config", path, "--gossip", "127.0.0.1:0", "--name", "n1",
 		"-l", "0.0.0.0:11211", "--advertise", "10.0.0.5", "--origin", "http://o:8080/{key}", "-vv"}
 	var out, errOut bytes.Buffer
@@ -163,6 +164,7 @@ func TestPrintConfig(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{
 		`gossip-key: "***,***" # $SPILLWAY_GOSSIP_KEY`,
+		`peer-secret: "***,***" # $SPILLWAY_PEER_SECRET`,
 		"copy-ttl: 9s # " + path + ":1: copy-ttl",
 		`listen: "0.0.0.0:11211" # -l`,
 		"epsilon: +Inf # $SPILLWAY_EPSILON",
@@ -174,7 +176,7 @@ func TestPrintConfig(t *testing.T) {
 			t.Errorf("lacks the line %q:\n%s", want, text)
 		}
 	}
-	if strings.Contains(text, k1) || strings.Contains(text, k2) {
+	if strings.Contains(text, k1) || strings.Contains(text, k2) || strings.Contains(text, "s3cret") {
 		t.Errorf("a key shows:\n%s", text)
 	}
 	for _, s := range []string{"config:", "print-config:"} {

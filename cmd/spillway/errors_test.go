@@ -76,6 +76,10 @@ func TestMistakesCaughtEarly(t *testing.T) {
 			"spillway serve: --gossip-key needs --gossip: without it the node runs alone\n"},
 		{"join alone, from the environment", []string{"serve", "--listen", "127.0.0.1:0"},
 			"spillway serve: $SPILLWAY_JOIN needs --gossip"},
+		{"an empty peer secret", []string{"serve", "--listen", "127.0.0.1:0", "--gossip", "127.0.0.1:0", "--peer-secret", " , "},
+			"spillway serve: --peer-secret: no secret in it"},
+		{"client auth with an open peer port", []string{"serve", "--listen", "127.0.0.1:0", "--gossip", "127.0.0.1:0", "-Y", existing},
+			"spillway serve: --auth-file and --tls-ca guard the client port only"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if strings.Contains(c.want, "SPILLWAY_JOIN") {

@@ -104,3 +104,59 @@ func rss(t *testing.T, pid int) int {
 	t.Fatal("no VmRSS")
 	return 0
 }
+
+// Clients that pipeline gets of a 1 MiB value and never read hold their
+// own connection back, not the node's memory: each costs about what the
+// socket buffers hold, and the node answers everyone else meanwhile.
+func TestUnreadPipelinedGetsStayBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	n := startNode(t, "unread", "", "-m", "64")
+	waitNodes(t, 1, n)
+	setup := dialLine(t, n.client)
+	defer setup.Close()
+	value := strings.Repeat("v", 1<<20-512)
+	fmt.Fprintf(setup, "set big 0 0 %d\r\n%s\r\n", len(value), value)
+	if got := readLine(t, setup); got != "STORED" {
+		t.Fatalf("set: %q", got)
+	}
+	before := rss(t, n.cmd.Process.Pid)
+	const conns, gets = 8, 2000
+	var open []*lineConn
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	for range conns {
+		c := dialLine(t, n.client)
+		open = append(open, c)
+		go fmt.Fprint(c, strings.Repeat("get big\r\n", gets)) // blocks once the node stops reading
+	}
+	// Wait until the node has written all it can and its memory settled:
+	// every connection is blocked on a full socket buffer.
+	last, deadline := 0, time.Now().Add(20*time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(250 * time.Millisecond) // polls a process's memory
+		r := rss(t, n.cmd.Process.Pid)
+		if r == last {
+			break
+		}
+		last = r
+	}
+	// The node keeps serving: a fresh client is answered at once.
+	fmt.Fprint(setup, "get big\r\n")
+	if got := readLine(t, setup); !strings.HasPrefix(got, "VALUE big") {
+		t.Fatalf("get while others do not read: %q", got)
+	}
+	setup.r.Discard(len(value) + 2)
+	readLine(t, setup) // END
+	after := rss(t, n.cmd.Process.Pid)
+	per := (after - before) / conns
+	t.Logf("%d clients each pipelining %d gets of a 1 MiB value, reading nothing: RSS %d -> %d KiB, %d KiB each",
+		conns, gets, before>>10, after>>10, per>>10)
+	if per > 4<<20 {
+		t.Errorf("a client that does not read costs the node %d KiB", per>>10)
+	}
+}

@@ -36,6 +36,10 @@ type serveFlags struct {
 	writeTimeout    time.Duration
 	shutdownTimeout time.Duration
 	logFormat       string
+	authFile        string
+	tlsCert         string
+	tlsKey          string
+	tlsCA           string
 
 	// cluster
 	name          string
@@ -54,6 +58,10 @@ type serveFlags struct {
 	peerTimeout   time.Duration
 	peerConnLimit int
 	peerIdle      time.Duration
+	peerSecret    string
+	peerTLSCert   string
+	peerTLSKey    string
+	peerTLSCA     string
 	drain         time.Duration
 	ownerGrace    time.Duration
 	invalidate    time.Duration
@@ -78,6 +86,10 @@ func (f *serveFlags) options() []option {
 		{"", "write-timeout", &durationValue{&f.writeTimeout}, "close connections that take none of their replies for this long (0: never)"},
 		{"", "shutdown-timeout", &durationValue{&f.shutdownTimeout}, "on SIGINT/SIGTERM, how long in-flight requests may take to finish"},
 		{"", "log-format", &stringValue{&f.logFormat}, "log format: text or json"},
+		{"Y", "auth-file", &stringValue{&f.authFile}, "file of user:password lines; clients must authenticate first, as with memcached -Y"},
+		{"", "tls-cert", &stringValue{&f.tlsCert}, "PEM certificate: clients must speak TLS (with --tls-key)"},
+		{"", "tls-key", &stringValue{&f.tlsKey}, "PEM private key of --tls-cert"},
+		{"", "tls-ca", &stringValue{&f.tlsCA}, "PEM CA certificates: clients must present a certificate one of them signed"},
 		{"", "name", &stringValue{&f.name}, "node ID in the cluster; stable across restarts (default: this machine's hostname:GOSSIP-PORT)"},
 		{"", "gossip", &stringValue{&f.gossip}, "HOST:PORT for membership gossip (UDP and TCP); empty runs the node alone"},
 		{"", "advertise", &stringValue{&f.advertise}, "HOST or HOST:PORT the other nodes should use for gossip, client and peer traffic (for NAT or a 0.0.0.0 listener; a name is resolved once, at start)"},
@@ -94,6 +106,10 @@ func (f *serveFlags) options() []option {
 		{"", "peer-timeout", &durationValue{&f.peerTimeout}, "timeout of each request to another node"},
 		{"", "peer-conn-limit", &intValue{&f.peerConnLimit}, "maximum simultaneous connections to the peer port"},
 		{"", "peer-idle-timeout", &durationValue{&f.peerIdle}, "close peer-port connections idle this long"},
+		{"", "peer-secret", &stringValue{&f.peerSecret}, "comma-separated shared secrets that authenticate peer connections: the first is presented, any is accepted (rotate by adding, promoting, removing); the same on every node"},
+		{"", "peer-tls-cert", &stringValue{&f.peerTLSCert}, "PEM certificate of this node for mutual TLS between nodes (with --peer-tls-key and --peer-tls-ca)"},
+		{"", "peer-tls-key", &stringValue{&f.peerTLSKey}, "PEM private key of --peer-tls-cert"},
+		{"", "peer-tls-ca", &stringValue{&f.peerTLSCA}, "PEM CA certificate that signed every node's --peer-tls-cert"},
 		{"", "drain", &durationValue{&f.drain}, "on shutdown, answer the nodes that take this node's keys for up to this long, so they warm them from here (0: not at all)"},
 		{"", "owner-grace", &durationValue{&f.ownerGrace}, "after a membership change, how long new owners read misses through from previous owners"},
 		{"", "invalidate-timeout", &durationValue{&f.invalidate}, "how long a write waits for copies elsewhere to be dropped before it answers (a copy not dropped by then lives until --copy-ttl, and counts in lost_invalidations)"},
@@ -159,7 +175,7 @@ func (f *serveFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 // clusterOnly are the flags that mean nothing without --gossip.
 var clusterOnly = []string{"name", "advertise", "join", "gossip-key", "weight", "peer-listen", "epsilon", "load",
 	"spill-order", "vnodes", "copy-memory", "copy-ttl", "peer-timeout", "peer-conn-limit", "peer-idle-timeout",
-	"owner-grace", "invalidate-timeout"}
+	"owner-grace", "invalidate-timeout", "drain", "peer-secret", "peer-tls-cert", "peer-tls-key", "peer-tls-ca"}
 
 // check catches the mistakes that can be caught before anything is bound.
 // given is what parseOptions returned.
@@ -174,6 +190,12 @@ func (f *serveFlags) check(given map[string]string) error {
 	}
 	if _, _, err := splitPort(f.gossip, 7946); err != nil {
 		return fmt.Errorf("--gossip: %w", err)
+	}
+	if _, ok := given["peer-secret"]; ok && len(f.peerSecrets()) == 0 {
+		return errors.New("--peer-secret: no secret in it (an empty value would turn peer authentication off)")
+	}
+	if (f.authFile != "" || f.tlsCA != "") && f.peerSecret == "" && f.peerTLSCert == "" {
+		return errors.New("--auth-file and --tls-ca guard the client port only: the peer port would serve the same keys to anyone who reaches it; set --peer-secret or --peer-tls-cert too")
 	}
 	if _, err := f.secretKeys(); err != nil {
 		return err
@@ -293,6 +315,19 @@ func (f *serveFlags) run(log *slog.Logger) (err error) {
 	if err := f.resolveAdvertise(); err != nil {
 		return err
 	}
+	if f.authFile != "" {
+		if cfg.Users, err = server.ReadAuthFile(f.authFile); err != nil {
+			return fmt.Errorf("--auth-file: %w", err)
+		}
+	}
+	clientTLS, err := f.clientTLS()
+	if err != nil {
+		return err
+	}
+	peerListenTLS, peerDialTLS, err := f.peerTLS()
+	if err != nil {
+		return err
+	}
 	// Every port is bound before the node joins: a node that cannot start
 	// must not have joined the cluster.
 	var bound []io.Closer
@@ -328,6 +363,8 @@ func (f *serveFlags) run(log *slog.Logger) (err error) {
 		if cfg.Cluster, err = f.cluster(ln.Addr(), peerLn.Addr(), log); err != nil {
 			return err
 		}
+		cfg.Cluster.PeerTLS = peerDialTLS
+		cfg.Cluster.PeerSecrets = f.peerSecrets()
 	}
 	var mln net.Listener
 	if f.metrics != "" {
@@ -349,10 +386,11 @@ func (f *serveFlags) run(log *slog.Logger) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	served := make(chan error, 3)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(wrapTLS(ln, clientTLS)) }()
 	if peerLn != nil {
-		log.Info("serving peers", "addr", peerLn.Addr().String(), "gossip", f.gossip)
-		go func() { served <- srv.ServePeers(peerLn) }()
+		log.Info("serving peers", "addr", peerLn.Addr().String(), "gossip", f.gossip,
+			"tls", peerListenTLS != nil, "secret", len(cfg.Cluster.PeerSecrets) > 0)
+		go func() { served <- srv.ServePeers(wrapTLS(peerLn, peerListenTLS)) }()
 	}
 	var metricsSrv *http.Server
 	if mln != nil {

@@ -128,7 +128,8 @@ func tryStart(t testing.TB, bin string, extra []string) (string, error) {
 	}
 }
 
-// IsMemcached reports whether a memcached answers "version" at addr. A
+// IsMemcached reports whether a memcached answers "version" at addr (or
+// asks to be authenticated first). A
 // bare successful dial is not enough: on a busy machine another test may
 // have taken the port between freePort and memcached's bind, and its
 // listener would accept the dial while memcached exits.
@@ -145,7 +146,8 @@ func IsMemcached(addr string) bool {
 		return false
 	}
 	line, err := bufio.NewReader(conn).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "VERSION ")
+	// One started with -Y answers that it wants authentication first.
+	return err == nil && (strings.HasPrefix(line, "VERSION ") || line == "CLIENT_ERROR unauthenticated\r\n")
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
