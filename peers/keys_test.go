@@ -97,22 +97,14 @@ func TestGossipKeyRotation(t *testing.T) {
 				seeds = append(seeds, o.p.GossipAddr())
 			}
 		}
-		rec := &recorder{}
-		p, err := Join(Config{
+		nodes[i] = joinTest(t, Config{
 			Name:       name,
 			Join:       seeds,
 			Transport:  mn.NewTransport(name),
 			Meta:       Meta{Peer: "p-" + name + ":1", Weight: 1},
 			SecretKeys: keys,
 			Logger:     log.With("self", name),
-			Profile:    Local,
-			Tune:       fastTimings,
-		}, rec.onChange)
-		if err != nil {
-			t.Fatalf("start %s: %v", name, err)
-		}
-		t.Cleanup(func() { _ = p.Shutdown() })
-		nodes[i] = &testNode{p: p, rec: rec}
+		})
 	}
 	for i := range n {
 		start(i, [][]byte{oldKey})
@@ -168,16 +160,11 @@ func TestGossipKeyRotation(t *testing.T) {
 	}
 
 	// The old key is gone everywhere: a node that has only it is shut out.
-	stale := &recorder{}
-	p, err := Join(Config{
+	p := joinTest(t, Config{
 		Name: "stale", Join: []string{nodes[0].p.GossipAddr()}, Transport: mn.NewTransport("stale"),
 		Meta: Meta{Peer: "p-stale:1", Weight: 1}, SecretKeys: [][]byte{oldKey},
-		Logger: slog.New(slog.DiscardHandler), Profile: Local, Tune: fastTimings,
-	}, stale.onChange)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Shutdown()
+		Logger: slog.New(slog.DiscardHandler),
+	}).p
 	if got := ringString(p.Ring()); got != "stale/1" {
 		t.Errorf("a node with only the old key joined: ring %q", got)
 	}

@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,20 +106,28 @@ func TestResolveSeeds(t *testing.T) {
 	}
 }
 
-// startDNSNode starts a node on mn whose only seed is seed, looked up in dns.
-func startDNSNode(t *testing.T, mn *memNet, dns Resolver, name string, seeds ...string) *testNode {
+// joinTest starts a node with cfg and the tests' timings and logger, and
+// shuts it down when the test ends.
+func joinTest(t *testing.T, cfg Config) *testNode {
 	t.Helper()
+	cfg.Logger = cmp.Or(cfg.Logger, quietLogger(t))
+	cfg.Profile, cfg.Tune = Local, fastTimings
 	rec := &recorder{}
-	p, err := Join(Config{
-		Name: name, Join: seeds, Resolver: dns, JoinRetryMax: 200 * time.Millisecond,
-		Transport: mn.NewTransport(name), Meta: Meta{Peer: "p-" + name + ":1", Weight: 1},
-		Logger: quietLogger(t), Profile: Local, Tune: fastTimings,
-	}, rec.onChange)
+	p, err := Join(cfg, rec.onChange)
 	if err != nil {
-		t.Fatalf("Join %s: %v", name, err)
+		t.Fatalf("Join %s: %v", cfg.Name, err)
 	}
 	t.Cleanup(func() { _ = p.Shutdown() })
 	return &testNode{p: p, rec: rec}
+}
+
+// startDNSNode starts a node on mn whose seeds are looked up in dns.
+func startDNSNode(t *testing.T, mn *memNet, dns Resolver, name string, seeds ...string) *testNode {
+	t.Helper()
+	return joinTest(t, Config{
+		Name: name, Join: seeds, Resolver: dns, JoinRetryMax: 200 * time.Millisecond,
+		Transport: mn.NewTransport(name), Meta: Meta{Peer: "p-" + name + ":1", Weight: 1},
+	})
 }
 
 // TestJoinThroughSRV: the nodes of a StatefulSet share one seed, their
@@ -177,17 +186,10 @@ var hostsOnly = &net.Resolver{PreferGo: true, Dial: func(context.Context, string
 // own) that joins seeds, resolved from /etc/hosts.
 func startNetNode(t *testing.T, name string, seeds ...string) *testNode {
 	t.Helper()
-	rec := &recorder{}
-	p, err := Join(Config{
+	return joinTest(t, Config{
 		Name: name, BindAddr: "127.0.0.1", Join: seeds, Resolver: hostsOnly,
-		Meta:   Meta{Peer: "127.0.0.1:1", Weight: 1},
-		Logger: quietLogger(t), Profile: Local, Tune: fastTimings,
-	}, rec.onChange)
-	if err != nil {
-		t.Fatalf("Join %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = p.Shutdown() })
-	return &testNode{p: p, rec: rec}
+		Meta: Meta{Peer: "127.0.0.1:1", Weight: 1},
+	})
 }
 
 // TestJoinByHostname: a seed given as a name ("localhost:PORT", which
