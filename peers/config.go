@@ -68,7 +68,9 @@ type Config struct {
 	// a port means BindPort (see resolveSeeds). Names are resolved again
 	// at every attempt, and, once the node has joined, every JoinRetryMax
 	// (seeds it did not know yet are joined: the nodes DNS listed late,
-	// or a cluster that formed apart). Join tries the seeds once; if none answers (this node's own
+	// or a cluster that formed apart).
+	//
+	// Join tries the seeds once; if none answers (this node's own
 	// address does not count, so every node of a cluster may share one
 	// list), the node runs alone and keeps trying them in the background,
 	// as Consul's and Serf's retry-join do, until it knows another member
