@@ -89,6 +89,14 @@ func (o *versionedOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	// A row being updated is read once its update is done, delete of the
+	// cached key included (lockKey): the history records the update and
+	// the delete as one step (opBump), so a fill must not see the new
+	// version before that step is over. (Real databases give a reader the
+	// committed row; the cache's delete follows the commit, and the race
+	// that leaves is the one the server fences: a fill that read before
+	// the update and stores after the delete.)
+	o.lockKey(key)()
 	o.mu.Lock()
 	v := o.versions[key]
 	o.mu.Unlock()
