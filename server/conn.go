@@ -41,6 +41,10 @@ type conn struct {
 	// peer is set on the peer port: requests come from other nodes and
 	// are served here, never routed on.
 	peer bool
+	// negotiated is set once the first byte chose the protocol; bin is
+	// set if it chose the binary protocol (binary.go).
+	negotiated bool
+	bin        *binaryConn
 	// results is reused by multi-key reads.
 	results []readResult
 	// keyLock is the ownership lock of the key the request being handled
@@ -137,6 +141,12 @@ func (c *conn) serve() {
 			if s.closing.Load() {
 				return
 			}
+		}
+		if c.binary() {
+			if !c.serveBinary() {
+				return
+			}
+			continue
 		}
 		err := c.r.Read(&c.req)
 		if err != nil {
