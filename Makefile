@@ -3,7 +3,7 @@ GO       ?= go
 BIN      := bin/spillway
 FUZZTIME ?= 60s
 # Debian packages the interop tests drive: a reference memcached and real clients.
-TEST_PKGS := memcached libmemcached-tools python3-pymemcache
+TEST_PKGS := memcached libmemcached-tools python3-pymemcache php-cli php-memcached ruby ruby-dalli
 
 .PHONY: build run test test-deps test-coherence bench fuzz vet clean
 
@@ -29,6 +29,8 @@ test-deps:
 	command -v memcached >/dev/null || missing="$$missing memcached"; \
 	command -v memccapable >/dev/null || missing="$$missing libmemcached-tools"; \
 	/usr/bin/python3 -c 'import pymemcache' 2>/dev/null || missing="$$missing python3-pymemcache"; \
+	php -r 'exit(class_exists("Memcached") ? 0 : 1);' 2>/dev/null || missing="$$missing php-cli php-memcached"; \
+	ruby -e 'require "dalli"' 2>/dev/null || missing="$$missing ruby ruby-dalli"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing$$missing"; \
@@ -67,6 +69,7 @@ fuzz:
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzReader$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzReadReply$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzRequestRoundTrip$$' ./protocol/
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzBinary$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzPick$$' ./ring/
 
 clean:
