@@ -29,7 +29,7 @@ type binaryTarget struct {
 // (the entry) owns none of keys.
 func binaryTargets(t *testing.T, keys []string) []binaryTarget {
 	t.Helper()
-	nodes := clusterAvoiding(t, keys)
+	nodes := clusterAvoiding(t, keys, clusterOpts{})
 	return []binaryTarget{
 		{name: "node", addr: startSpillway(t)},
 		{name: "cluster", entry: nodes[0], addr: nodes[0].addr},
@@ -41,7 +41,7 @@ func binaryTargets(t *testing.T, keys []string) []binaryTarget {
 // first none of the keys (a ring depends on the names only: all three
 // vary, since keys that one pair of fixed nodes splits badly stay split
 // badly), then checks the ring the cluster built.
-func clusterAvoiding(t *testing.T, keys []string) []*testNode {
+func clusterAvoiding(t *testing.T, keys []string, o clusterOpts) []*testNode {
 	t.Helper()
 	var names []string
 search:
@@ -58,7 +58,7 @@ search:
 	entry := names[0]
 	var nodes []*testNode
 	for _, name := range names {
-		nodes = append(nodes, startNode(t, name, nodes, clusterOpts{}))
+		nodes = append(nodes, startNode(t, name, nodes, o))
 	}
 	waitConverged(t, nodes)
 	v := nodes[0].srv.cl.view.Load()
