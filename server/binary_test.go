@@ -315,3 +315,19 @@ func clusterCounts(nodes []*testNode) []map[string]float64 {
 	}
 	return out
 }
+
+// TestBinaryClusterOddKeys: a key that cannot stand in a text line is
+// passed to its owner in base64, which fits a line for keys of up to 186
+// bytes; a longer one is refused with an error, never left hanging.
+func TestBinaryClusterOddKeys(t *testing.T) {
+	short, long := "odd key\x00"+xs(186-8), "odd key\x00"+xs(200-8)
+	nodes := clusterAvoiding(t, []string{short, long}, clusterOpts{})
+	c := dialBinary(t, nodes[0].addr)
+	vars := map[string]uint64{}
+	c.do(vars, []bp{set(short, "v"), rq(protocol.OpGetK, short), rq(protocol.OpDelete, short)},
+		rs(protocol.OpSet, protocol.StatusOK).casOf("c"), rs(protocol.OpGetK, protocol.StatusOK).ext(u32(0)).k(short).val("v").casOf("c"),
+		rs(protocol.OpDelete, protocol.StatusOK))
+	c.do(vars, []bp{set(long, "v").opq(1), rq(protocol.OpGet, long).opq(2), rq(protocol.OpNoop, "").opq(3)},
+		fails(protocol.OpSet, protocol.StatusInvalid, "bad command line format").opq(1),
+		fails(protocol.OpGet, protocol.StatusKeyNotFound, txtNotFound).opq(2), rs(protocol.OpNoop, protocol.StatusOK).opq(3))
+}
