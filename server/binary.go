@@ -146,7 +146,7 @@ func (c *conn) runTwin() {
 func (c *conn) binaryTooLarge() {
 	req := &c.bin.req
 	if req.Opcode.Base() == protocol.OpSet {
-		c.dropKey(req.Key)
+		c.srv.rt.drop(c, req.Key)
 	}
 	c.w.BinaryError(req, protocol.ErrTooLarge)
 }

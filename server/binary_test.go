@@ -218,7 +218,7 @@ func TestBinaryClusterLikeText(t *testing.T) {
 		for v.ring.Owner(bin[i]) != v.ring.Owner(txt[i]) {
 			txt[i] += "x" // another key of the same owner (still not the entry's: checked below)
 		}
-		if v.ring.Owner(txt[i]) == nodes[0].srv.cl.self {
+		if v.ring.Owner(txt[i]) == nodes[0].srv.cl.self() {
 			t.Fatalf("%s is the entry's", txt[i])
 		}
 	}

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -68,6 +70,30 @@ type ClusterConfig struct {
 	// node's view back. The history checker uses it to make views
 	// disagree for seconds, as they can on a real network.
 	viewGate func(members []string)
+	// join and dial, if set, replace gossip (peers.Join) and TCP to peer
+	// ports: tests run nodes in one process, on an in-memory network.
+	join func(cfg peers.Config, onChange func(*ring.Ring)) (membership, error)
+	dial func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// membership is what a node needs of gossip: its name, the ring of live
+// members and their metas, and a way out. *peers.Peers is the real one.
+type membership interface {
+	Self() string
+	GossipAddr() string
+	Ring() *ring.Ring
+	Meta(id string) (peers.Meta, bool)
+	Leave(timeout time.Duration) error
+	Shutdown() error
+}
+
+// gossipJoin joins through memberlist.
+func gossipJoin(cfg peers.Config, onChange func(*ring.Ring)) (membership, error) {
+	p, err := peers.Join(cfg, onChange)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 func (c *ClusterConfig) setDefaults() {
@@ -99,10 +125,10 @@ type cluster struct {
 	cfg    ClusterConfig
 	srv    *Server
 	log    *slog.Logger
-	self   string
+	id     string // this node's name
 	selfH  uint64
 	boot   string // this incarnation's ID, in the node's meta
-	peers  *peers.Peers
+	peers  membership
 	picker *ring.Picker
 	copies *store.Store
 
@@ -197,15 +223,19 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cfg.Peers.OnDeclaredDead = func() { cl.onDeclaredDead([]byte(cl.boot)) }
 	cfg.Peers.Meta.Protocol = peerProtocol
 	cfg.Peers.Meta.Ring = cl.ringParams()
-	p, err := peers.Join(cfg.Peers, cl.onChange)
+	join := cfg.join
+	if join == nil {
+		join = gossipJoin
+	}
+	p, err := join(cfg.Peers, cl.onChange)
 	if err != nil {
 		copies.Close()
 		return nil, fmt.Errorf("join: %w", err)
 	}
 	cl.mu.Lock()
 	cl.peers = p
-	cl.self = p.Self()
-	cl.selfH = idHash(cl.self)
+	cl.id = p.Self()
+	cl.selfH = idHash(cl.id)
 	cl.mu.Unlock()
 	if err := cl.refuseIncompatible(); err != nil {
 		p.Shutdown()
@@ -249,7 +279,7 @@ func (cl *cluster) compatible(m peers.Meta) (bool, string) {
 // differently: the node would own keys they own too.
 func (cl *cluster) refuseIncompatible() error {
 	for _, n := range cl.peers.Ring().Nodes() {
-		if n.ID == cl.self {
+		if n.ID == cl.id {
 			continue
 		}
 		m, ok := cl.peers.Meta(n.ID)
@@ -269,7 +299,7 @@ func (cl *cluster) close() {
 	cl.tasks.Wait()
 	if v := cl.view.Load(); v != nil {
 		for _, pc := range v.clients {
-			pc.close()
+			pc.Close()
 		}
 	}
 	cl.copies.Close()

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"spillway/ring"
@@ -711,36 +712,31 @@ func TestCoherenceCASUniquesClusterWide(t *testing.T) {
 // ---- finding 7 ----
 
 // A copy a node keeps of a spilled key expires no later than the owner's
-// item.
+// item, though the owner rounds the remaining TTL it sends to the nearest
+// second.
 func TestCoherenceCopyExpiryNotPastItem(t *testing.T) {
-	nodes := startCluster(t, 2, clusterOpts{
-		picker:  ring.PickerConfig{Epsilon: 0.01},
-		copyTTL: time.Hour, // only the item's own expiry bounds the copy
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, func(c *Config) {
+			c.Cluster.CopyTTL = time.Hour // only the item's own expiry bounds the copy
+		})
+		key := ownedBy(nodes[0], "node0", "c7c", 1)[0]
+		w := dialPipe(t, n, nodes[0].client())
+		w.send("set " + key + " 0 2 1\r\nv\r\n")
+		w.expect("STORED\r\n")
+		// The remaining TTL falls to 1.7 s, which the owner rounds up to 2 s.
+		time.Sleep(300 * time.Millisecond)
+		if got := spillRead(t, n, nodes[1], "node0", key); got != "v" {
+			t.Fatalf("spilled read: %q", got)
+		}
+		synctest.Wait() // ristretto admits the copy on a goroutine of its own
+		if _, ok := nodes[1].srv.cl.copies.Peek(key); !ok {
+			t.Fatal("node1 kept no copy")
+		}
+		time.Sleep(1700 * time.Millisecond) // the owner's item has just expired
+		if got := spillRead(t, n, nodes[1], "node0", key); !strings.HasPrefix(got, "EN") {
+			t.Errorf("node1 served %q after the owner's item expired", got)
+		}
 	})
-	key := keyOwnedBy(t, nodes[0], "c7c", "node0")
-	rawSet(t, dialRaw(t, nodes[0].addr), key, "v", 2)
-	set := time.Now()
-	// Let the remaining TTL fall to ~1.7 s, which rounds up to 2 s.
-	time.Sleep(300 * time.Millisecond)
-	r := dialRaw(t, nodes[1].addr)
-	waitFor(t, func() bool {
-		rawGetValue(t, r, key)
-		_, ok := nodes[1].srv.cl.copies.Peek(key)
-		return ok
-	})
-	copied := time.Since(set)
-	if copied > 450*time.Millisecond {
-		t.Skipf("inconclusive: the copy was made %v after the set; remaining TTL no longer rounds up", copied)
-	}
-	waitFor(t, func() bool {
-		_, ok := nodes[0].srv.store.Peek(key)
-		return !ok
-	})
-	expired := time.Since(set)
-	if v, hit := rawGetValue(t, dialRaw(t, nodes[1].addr), key); hit {
-		t.Errorf("%s: node1 served its copy %q %v after the set (copied at %v), though the owner node0's item expired at ~%v",
-			key, v, time.Since(set).Round(time.Millisecond), copied.Round(time.Millisecond), expired.Round(time.Millisecond))
-	}
 }
 
 // gat and touch of a key that moved to this node within the owner grace act
@@ -833,7 +829,7 @@ func TestCoherenceRestartAtNewAddress(t *testing.T) {
 			in, b := cl.view.Load().ring.Has("node2"), cl.boots["node2"]
 			cl.mu.Unlock()
 			if !in || b != boot {
-				t.Fatalf("%s: node2's new run in view %v (boot %s, want %s)", cl.self, in, b, boot)
+				t.Fatalf("%s: node2's new run in view %v (boot %s, want %s)", cl.id, in, b, boot)
 			}
 		}
 		time.Sleep(5 * time.Millisecond)

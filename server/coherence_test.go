@@ -361,7 +361,7 @@ func (cr *coherenceRun) join(name string) {
 // down of load.
 func (cr *coherenceRun) restart(i int, graceful bool, down time.Duration) {
 	old := cr.nodes[i]
-	name := old.srv.cl.self
+	name := old.srv.cl.id
 	old.stop(cr.t, graceful)
 	cr.pause(down)
 	_, gport, _ := net.SplitHostPort(old.gossip)
@@ -496,7 +496,7 @@ func runCoherence(t *testing.T, sc coherenceScenario, eps float64, load coherenc
 	cr := &coherenceRun{t: t, load: load, opts: opts, pool: &clientPool{}}
 	cr.nodes = startCluster(t, 3, opts)
 	for _, nd := range cr.nodes {
-		cr.pool.add(t, nd.srv.cl.self, nd.addr)
+		cr.pool.add(t, nd.srv.cl.id, nd.addr)
 	}
 	cr.gen = &loadGen{h: newHistory(), pool: cr.pool, origin: vo, flush: sc.flush}
 	cr.gen.start(load.maxOps, 20*(load.warm+load.after)+30*time.Second, load.pace)

@@ -45,8 +45,6 @@ type conn struct {
 	// set if it chose the binary protocol (binary.go).
 	negotiated bool
 	bin        *binaryConn
-	// results is reused by multi-key reads.
-	results []readResult
 	// keyLock is the ownership lock of the key the request being handled
 	// writes, held from claimWrite until the write is stored.
 	keyLock *sync.RWMutex
@@ -180,7 +178,7 @@ func (c *conn) readFailed(err error) bool {
 	if errors.Is(err, protocol.ErrTooLarge) && (c.req.Command == protocol.CmdSet || c.req.Command == protocol.CmdMetaSet) {
 		// The value was discarded unread; the old one goes too, as in
 		// memcached.
-		c.dropKey(c.req.Key)
+		c.srv.rt.drop(c, c.req.Key)
 	}
 	c.w.Error(err)
 	if protocol.Fatal(err) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"spillway/peers"
+	"spillway/peers/wire"
 )
 
 // The hand-off fence. Views converge at different times on different
@@ -66,7 +67,7 @@ type fenceReply struct {
 
 // selfMeta is the meta this node gossips.
 func (cl *cluster) selfMeta() peers.Meta {
-	m, _ := cl.peers.Meta(cl.self)
+	m, _ := cl.peers.Meta(cl.id)
 	m.Boot, m.Protocol, m.Ring = cl.boot, peerProtocol, cl.ringParams()
 	return m
 }
@@ -85,7 +86,7 @@ func (cl *cluster) settle(v *view) {
 	for id, pc := range v.clients {
 		mustAnswer := v.base.Has(id) // it may have owned a key this node gained
 		wg.Go(func() {
-			deadline := time.Now().Add(cl.cfg.InvalidateTimeout)
+			deadline := cl.srv.cfg.Now().Add(cl.cfg.InvalidateTimeout)
 			for {
 				reply, err := cl.fence(pc, payload)
 				if err == nil && reply.Dead {
@@ -95,14 +96,14 @@ func (cl *cluster) settle(v *view) {
 					mu.Lock()
 					unknown[id] = !reply.Known
 					for mid, m := range reply.Members {
-						if mid != cl.self && !v.ring.Has(mid) {
+						if mid != cl.id && !v.ring.Has(mid) {
 							learned[mid] = m
 						}
 					}
 					mu.Unlock()
 					return
 				}
-				if !mustAnswer && time.Now().After(deadline) {
+				if !mustAnswer && cl.srv.cfg.Now().After(deadline) {
 					cl.srv.lostInvalidation("fence", id, err)
 					return
 				}
@@ -154,7 +155,7 @@ func (cl *cluster) settle(v *view) {
 
 // fencePayload is the fence this node sends in view v.
 func (cl *cluster) fencePayload(v *view) []byte {
-	msg := fenceMsg{ID: cl.self, Meta: cl.selfMeta()}
+	msg := fenceMsg{ID: cl.id, Meta: cl.selfMeta()}
 	for _, n := range v.ring.Nodes() {
 		msg.Members = append(msg.Members, n.ID)
 	}
@@ -170,7 +171,7 @@ func (cl *cluster) fencePayload(v *view) []byte {
 func (cl *cluster) renewFences() {
 	cl.mu.Lock()
 	v := cl.view.Load()
-	todo := make(map[string]*peerClient)
+	todo := make(map[string]*wire.Client)
 	for id := range cl.unconfirmed {
 		if pc := v.clients[id]; pc != nil {
 			todo[id] = pc
@@ -199,9 +200,9 @@ func (cl *cluster) renewFences() {
 }
 
 // fence sends one fence and reads the answer.
-func (cl *cluster) fence(pc *peerClient, payload []byte) (fenceReply, error) {
+func (cl *cluster) fence(pc *wire.Client, payload []byte) (fenceReply, error) {
 	var reply fenceReply
-	value, err := pc.control(cl.tag(tagControl), "fence", payload)
+	value, err := cl.sendControl(pc, "fence", payload)
 	if err != nil {
 		return reply, err
 	}
@@ -246,9 +247,9 @@ func (cl *cluster) onFence(payload []byte) []byte {
 	// Copies of keys the sender gained were read from their previous
 	// owner, who will not tell this node when the sender overwrites them.
 	cl.dropCopies()
-	reply.Members = map[string]peers.Meta{cl.self: cl.selfMeta()}
+	reply.Members = map[string]peers.Meta{cl.id: cl.selfMeta()}
 	for _, n := range cl.view.Load().ring.Nodes() {
-		if n.ID == cl.self || n.ID == msg.ID {
+		if n.ID == cl.id || n.ID == msg.ID {
 			continue
 		}
 		if f, ok := cl.fenced[n.ID]; ok {

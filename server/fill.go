@@ -3,7 +3,11 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"time"
+
+	"spillway/peers/wire"
 )
 
 // Fills: what a node does when a read misses everything it holds. Every
@@ -13,7 +17,36 @@ import (
 // write it may have seen acknowledged takes a miss instead.
 
 // fill serves a key this node does not hold, once per key at a time.
-func (s *Server) fill(key string) readResult { return s.fillAvoiding(key, "") }
+func (s *Server) fill(key string) readResult { return s.fillAvoiding(key, nil) }
+
+// unreachable is the nodes one request has seen fail: the rest of the
+// request does not wait for them again, so a dead peer costs a request
+// one timeout rather than one per key. The zero value is empty; a nil
+// one is empty and stays so.
+type unreachable struct {
+	mu    sync.Mutex
+	nodes []string
+}
+
+func (u *unreachable) add(id string) {
+	if u == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !slices.Contains(u.nodes, id) {
+		u.nodes = append(u.nodes, id)
+	}
+}
+
+func (u *unreachable) has(id string) bool {
+	if u == nil {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Contains(u.nodes, id)
+}
 
 // flight is what a fill hands its followers: the result, and the key's
 // generation when the fill started.
@@ -22,23 +55,22 @@ type flight struct {
 	gen uint64
 }
 
-// fillAvoiding is fill for a read whose request has just seen the node bad
-// fail: it does not ask that node again, so a dead peer costs one timeout
-// per request rather than one per key.
-func (s *Server) fillAvoiding(key, bad string) readResult {
+// fillAvoiding is fill for a read whose request has seen the nodes in bad
+// fail: it does not ask them, and adds the owner to bad if it fails. The
+// fill is shared with other requests' reads of the key (singleflight):
+// theirs wait for what this one's leader found.
+func (s *Server) fillAvoiding(key string, bad *unreachable) readResult {
 	led := false
 	joined := s.gens.current(key)
-	s.filling.Add(1)
-	defer s.filling.Add(-1)
 	v, _, shared := s.flights.Do(key, func() (any, error) {
 		led = true
 		gen := s.gens.current(key)
 		// Another flight may have filled the key between our miss and
 		// this flight starting: look again before going further.
-		if it, ok := s.localGet(key); ok {
+		if it, ok := s.rt.held(key); ok {
 			return flight{readResult{it, true}, gen}, nil
 		}
-		return flight{s.fillFrom(key, bad, gen), gen}, nil
+		return flight{s.rt.fill(key, bad, gen), gen}, nil
 	})
 	s.countMerged(shared, led)
 	f := v.(flight)
@@ -50,32 +82,31 @@ func (s *Server) fillAvoiding(key, bad string) readResult {
 	return f.res
 }
 
-// fillFrom fetches key for a fill that started at generation gen: as its
+// fill fetches key for a fill that started at generation gen: as its
 // owner, or from its owner as a copy.
-func (s *Server) fillFrom(key, bad string, gen uint64) readResult {
-	if s.cl == nil {
-		return s.keepOwned(s.loadOrigin(key), nil, gen)
-	}
+func (cl *cluster) fill(key string, bad *unreachable, gen uint64) readResult {
+	s := cl.srv
 	now := s.cfg.Now()
 	v := s.cl.view.Load()
 	owner := v.ring.Owner(key)
-	if owner == s.cl.self || owner == "" {
+	if owner == s.cl.id || owner == "" {
 		if !s.cl.owns(v, key) {
 			return readResult{} // hand-off under way: not ours to fill yet
 		}
 		return s.fillOwned(key, v, now, gen)
 	}
 	s.counters[ctrSpilledServed].Add(1)
-	if pc := v.clients[owner]; pc != nil && owner != bad {
-		res, err := pc.fetch([]string{key}, s.cl.tag(tagFetch), now)
+	if pc := v.clients[owner]; pc != nil && !bad.has(owner) {
+		res, err := s.cl.read(pc, []string{key}, tagFetch, "")
 		s.counters[ctrPeerFetches].Add(1)
 		if err == nil {
 			if res[0].found {
-				s.putCopy(res[0].item, now, gen)
+				s.putCopy(res[0].it, now, gen)
 			}
-			return readResult{res[0].item, res[0].found}
+			return res[0]
 		}
 		s.counters[ctrPeerErrors].Add(1)
+		bad.add(owner)
 		s.cfg.Logger.Debug("read-through failed; trying the origin", "key", key, "owner", owner, "err", err)
 	}
 	// The owner could not be asked: serve the origin's value to this read,
@@ -97,12 +128,12 @@ func (s *Server) countMerged(shared, led bool) {
 // fillOwned fills a key this node owns: from its previous owner during the
 // grace period after a membership change, then from the origin.
 func (s *Server) fillOwned(key string, v *view, now time.Time, gen uint64) readResult {
-	if prev := v.previousOwner(key, s.cl.self, now); prev != "" {
+	if prev := v.previousOwner(key, s.cl.id, now); prev != "" {
 		if pc := v.clients[prev]; pc != nil {
-			res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
+			res, err := s.cl.read(pc, []string{key}, tagWarm, "")
 			s.counters[ctrPeerFetches].Add(1)
 			if err == nil && res[0].found {
-				return s.keepOwned(readResult{res[0].item, true}, v, gen)
+				return s.keepOwned(res[0], v, gen)
 			}
 		}
 	}
@@ -120,7 +151,7 @@ func (s *Server) fillOwned(key string, v *view, now time.Time, gen uint64) readR
 // says so.
 func (s *Server) settleMoved(v *view, key string, needValue bool) error {
 	now := s.cfg.Now()
-	prev := v.previousOwner(key, s.cl.self, now)
+	prev := v.previousOwner(key, s.cl.id, now)
 	if prev == "" {
 		return nil
 	}
@@ -130,13 +161,13 @@ func (s *Server) settleMoved(v *view, key string, needValue bool) error {
 	}
 	if _, ok := s.store.Peek(key); needValue && !ok {
 		gen := s.gens.current(key)
-		res, err := pc.fetch([]string{key}, s.cl.tag(tagWarm), now)
+		res, err := s.cl.read(pc, []string{key}, tagWarm, "")
 		s.counters[ctrPeerFetches].Add(1)
 		if err == nil && res[0].found {
-			s.keepOwned(readResult{res[0].item, true}, v, gen)
+			s.keepOwned(res[0], v, gen)
 		}
 	}
-	if _, _, err := pc.exchange(mdLine(key, " O"+s.cl.tag(tagWarm)), nil); err != nil {
+	if _, err := s.cl.exchange(pc, wire.DeleteLine(key, " O"+s.cl.tag(tagWarm)), nil); err != nil {
 		s.counters[ctrPeerErrors].Add(1)
 		return err
 	}

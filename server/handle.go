@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"spillway/peers/wire"
 	"spillway/protocol"
 	"spillway/store"
 )
@@ -16,18 +17,14 @@ func (c *conn) handle(req *protocol.Request) {
 	if req.Command >= protocol.CmdMetaNoop {
 		c.local[statCmdMeta]++
 	}
-	if c.srv.cl != nil && c.peer && c.peerRequest(req) {
+	if c.peer && c.peerRequest(req) {
 		return
 	}
 	if isWrite(req) {
-		if c.srv.cl == nil {
-			// Fills under way of this key keep nothing (see fillGens).
-			c.srv.gens.bump(string(req.Key))
-			c.srv.flights.Forget(string(req.Key))
-		} else if !c.claimWrite(req, 0) {
+		if !c.srv.rt.claim(c, req) {
 			return
 		}
-		defer c.releaseWrite()
+		defer c.srv.rt.release(c)
 	}
 	switch req.Command {
 	case protocol.CmdGet, protocol.CmdGets:
@@ -89,6 +86,26 @@ func (c *conn) countForwarded(req *protocol.Request) {
 	}
 }
 
+// flushOthers is flush_all's part on the other nodes (see flushAll).
+func (cl *cluster) flushOthers(delay int64) (failed, total int) {
+	line := []byte("flush_all " + strconv.FormatInt(delay, 10))
+	failed, total = cl.broadcast("flush_all", func(pc *wire.Client) error {
+		r, err := cl.exchange(pc, line, nil)
+		if err == nil && string(r.Line) != "OK" {
+			err = fmt.Errorf("%w %q", wire.ErrReply, r.Line)
+		}
+		return err
+	})
+	if failed > 0 {
+		return failed, total
+	}
+	cl.dropCopies()
+	return cl.broadcast("flush_all's copy drop", func(pc *wire.Client) error {
+		_, err := cl.sendControl(pc, "copies", nil)
+		return err
+	})
+}
+
 // flush_all [delay] [noreply]: this node now or at now+delay; from a
 // client, every other node too. A node that did not answer is named in an
 // error: the client must not take the cache for empty.
@@ -103,26 +120,11 @@ func (c *conn) flushAll(req *protocol.Request) {
 	s := c.srv
 	delay := time.Duration(req.Exptime) * time.Second
 	s.flushLocal(delay)
-	if c.peer || s.cl == nil {
+	if c.peer {
 		c.reply(req, protocol.OK)
 		return
 	}
-	line := []byte("flush_all " + strconv.FormatInt(req.Exptime, 10))
-	failed, total := s.broadcast("flush_all", func(pc *peerClient) error {
-		reply, _, err := pc.exchange(line, nil)
-		if err == nil && string(reply) != "OK" {
-			err = peerReplyError(reply)
-		}
-		return err
-	})
-	if failed == 0 {
-		s.cl.dropCopies()
-		failed, total = s.broadcast("flush_all's copy drop", func(pc *peerClient) error {
-			_, err := pc.control(s.cl.tag(tagControl), "copies", nil)
-			return err
-		})
-	}
-	if failed > 0 {
+	if failed, total := s.rt.flushOthers(req.Exptime); failed > 0 {
 		c.failWrite(req, fmt.Errorf("flush_all failed on %d of %d nodes", failed, total))
 		return
 	}
@@ -142,13 +144,13 @@ func (c *conn) now() time.Time { return c.srv.cfg.Now() }
 // gets <key>*
 func (c *conn) get(req *protocol.Request, withCAS bool) {
 	s := c.srv
-	if s.routed() && !c.peer {
+	if s.routed && !c.peer {
 		c.getRouted(req, withCAS)
 		return
 	}
 	for _, k := range req.Keys {
 		c.local[statCmdGet]++
-		it, ok := c.srv.localGet(string(k))
+		it, ok := c.srv.rt.held(string(k))
 		if !ok {
 			c.local[statGetMisses]++
 			continue
@@ -159,24 +161,18 @@ func (c *conn) get(req *protocol.Request, withCAS bool) {
 	c.w.Status(protocol.End)
 }
 
-// getRouted answers a get that may need other nodes or the origin.
+// getRouted answers a get that may need other nodes or the origin,
+// writing each value as soon as it and those before it are known.
 func (c *conn) getRouted(req *protocol.Request, withCAS bool) {
-	n := len(req.Keys)
-	if cap(c.results) < n {
-		c.results = make([]readResult, n)
-	}
-	res := c.results[:n]
-	c.readKeys(req.Keys, res)
-	for i, k := range req.Keys {
+	c.readKeys(req.Keys, func(i int, r readResult) {
 		c.local[statCmdGet]++
-		if !res[i].found {
+		if !r.found {
 			c.local[statGetMisses]++
-			continue
+			return
 		}
 		c.local[statGetHits]++
-		c.writeValue(k, res[i].it, withCAS)
-	}
-	clear(res) // do not keep values alive until the next get
+		c.writeValue(req.Keys[i], r.it, withCAS)
+	})
 	c.w.Status(protocol.End)
 }
 
@@ -187,7 +183,7 @@ func (c *conn) gat(req *protocol.Request, withCAS bool) {
 	for _, k := range req.Keys {
 		c.local[statCmdGet]++
 		c.local[statCmdTouch]++
-		it, err := c.touchKey(k, exp, req.Exptime)
+		it, err := c.srv.rt.touch(c, string(k), exp, req.Exptime)
 		if err != nil {
 			c.local[statGetMisses]++
 			c.local[statTouchMisses]++
@@ -200,21 +196,16 @@ func (c *conn) gat(req *protocol.Request, withCAS bool) {
 	c.w.Status(protocol.End)
 }
 
-// touchKey touches a key where it is owned, for gat.
-func (c *conn) touchKey(k []byte, exp time.Time, exptime int64) (store.Item, error) {
-	s := c.srv
-	key := string(k)
-	if s.cl == nil {
-		s.gens.bump(key)
-		s.flights.Forget(key)
-		return s.store.Touch(key, exp)
-	}
+// touch touches a key where it is owned, for gat: here, or at the owner
+// with an mg that touches.
+func (cl *cluster) touch(c *conn, key string, exp time.Time, exptime int64) (store.Item, error) {
+	s := cl.srv
 	owner, held := c.holdKey(key, true)
 	if held {
 		defer c.releaseWrite()
 		it, err := s.store.Touch(key, exp)
 		if err == nil {
-			c.written(k)
+			c.written([]byte(key))
 		}
 		return it, err
 	}
@@ -226,7 +217,7 @@ func (c *conn) touchKey(k []byte, exp time.Time, exptime int64) (store.Item, err
 	if pc == nil {
 		return store.Item{}, errNoPeer
 	}
-	res, err := pc.fetchWith([]string{key}, s.cl.tag(tagForward), " T"+strconv.FormatInt(exptime, 10), c.now())
+	res, err := cl.read(pc, []string{key}, tagForward, " T"+strconv.FormatInt(exptime, 10))
 	if err != nil {
 		s.counters[ctrPeerErrors].Add(1)
 		return store.Item{}, err
@@ -234,7 +225,7 @@ func (c *conn) touchKey(k []byte, exp time.Time, exptime int64) (store.Item, err
 	if !res[0].found {
 		return store.Item{}, store.ErrNotFound
 	}
-	return res[0].item, nil
+	return res[0].it, nil
 }
 
 func (c *conn) writeValue(key []byte, it store.Item, withCAS bool) {
@@ -310,26 +301,26 @@ func (s *Server) tooLarge(key []byte, flags uint32, data []byte) bool {
 // keep seeing data the client meant to replace.
 func (c *conn) refuseTooLarge(req *protocol.Request, dropOld bool) {
 	if dropOld {
-		c.dropKey(req.Key)
+		c.srv.rt.drop(c, req.Key)
 	}
 	if !req.Noreply || req.Command == protocol.CmdMetaSet {
 		c.w.Error(protocol.ErrTooLarge)
 	}
 }
 
-// dropKey deletes key where it is owned: here, or at its owner.
+// drop deletes key where it is owned: here, or at its owner.
 //
 // It runs outside handle (a value too large is refused while it is read),
 // so it claims the key itself; where it cannot (a peer's request for a key
 // this node does not own), the owner keeps its value.
-func (c *conn) dropKey(key []byte) {
+func (cl *cluster) drop(c *conn, key []byte) {
 	s := c.srv
 	k := string(key)
-	if s.cl != nil && c.keyLock == nil {
+	if c.keyLock == nil {
 		v := s.cl.view.Load()
 		if !s.cl.owns(v, k) {
-			if owner := v.ring.Owner(k); owner != s.cl.self && !c.peer {
-				s.forward(owner, k, mdLine(k, ""), nil)
+			if owner := v.ring.Owner(k); owner != s.cl.id && !c.peer {
+				s.forward(owner, k, wire.DeleteLine(k, ""), nil)
 			}
 			return
 		}
@@ -338,8 +329,6 @@ func (c *conn) dropKey(key []byte) {
 			c.releaseWrite()
 			return
 		}
-		s.gens.bump(k)
-	} else if s.cl == nil {
 		s.gens.bump(k)
 	}
 	s.store.Delete(k)

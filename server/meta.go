@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"strconv"
@@ -28,16 +29,15 @@ func (c *conn) metaGet(req *protocol.Request) {
 
 	var it store.Item
 	var ok, routed bool
-	if c.peer {
-		it, ok, routed = c.peerRead(req)
-	} else if c.srv.routed() && c.keyLock == nil && !touch && !m.Flags.Has('N') && !c.owns(key) {
+	if !c.peer && c.srv.routed && c.keyLock == nil && !touch && !m.Flags.Has('N') && !c.owns(key) {
 		// Not in the owned store (where stale items and win tokens
 		// live): a plain read, routed like a get. (Not a claimed write:
 		// mg R at the owner holds the key's ownership lock, which a
 		// fill would take again.)
-		var res [1]readResult
-		c.readKeys([][]byte{req.Key}, res[:])
-		it, ok, routed = res[0].it, res[0].found, true
+		c.readKeys([][]byte{req.Key}, func(_ int, r readResult) {
+			it, ok, routed = r.it, r.found, true
+			it.Value = bytes.Clone(it.Value) // valid only during this call
+		})
 	}
 	if !routed && !c.owns(key) && !touch && !m.Flags.Has('N') && !m.Flags.Has('R') {
 		// A plain read on the peer port of a key this node does not own
@@ -92,6 +92,15 @@ func (c *conn) metaGet(req *protocol.Request) {
 			c.written(req.Key)
 		}
 	}
+	c.metaGetReply(req, it, ok, won)
+}
+
+// metaGetReply answers an mg: a miss (EN, nothing under q) or the item
+// with the flags asked for; won says this request won the item's refresh
+// token.
+func (c *conn) metaGetReply(req *protocol.Request, it store.Item, ok, won bool) {
+	m := &req.Meta
+	touch := m.Flags.Has('T')
 	if !ok {
 		if touch {
 			c.local[statTouchMisses]++
@@ -137,7 +146,7 @@ func (c *conn) metaGet(req *protocol.Request) {
 // owns reports whether key is in this node's owned store, and this node
 // owns it: only then are stale items and win tokens its to hand out.
 func (c *conn) owns(key string) bool {
-	if cl := c.srv.cl; cl != nil && !cl.owns(cl.view.Load(), key) {
+	if !c.srv.rt.ownsNow(key) {
 		return false
 	}
 	_, ok := c.srv.store.Peek(key)

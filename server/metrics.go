@@ -147,9 +147,9 @@ func (s *Server) ringInfo() RingInfo {
 		loads[l.ID] = l.Load
 	}
 	eps := s.cl.cfg.Picker.Epsilon
-	info := RingInfo{Self: s.cl.self, VNodes: v.ring.VNodes(), Epsilon: eps, Load: s.cl.cfg.Picker.Load.String()}
+	info := RingInfo{Self: s.cl.id, VNodes: v.ring.VNodes(), Epsilon: eps, Load: s.cl.cfg.Picker.Load.String()}
 	for _, n := range v.ring.Nodes() {
-		m := RingMember{ID: n.ID, Weight: n.Weight, Share: v.ring.Share(n.ID), Load: loads[n.ID], Self: n.ID == s.cl.self}
+		m := RingMember{ID: n.ID, Weight: n.Weight, Share: v.ring.Share(n.ID), Load: loads[n.ID], Self: n.ID == s.cl.id}
 		if meta, ok := s.cl.peers.Meta(n.ID); ok {
 			m.Client, m.Peer = meta.Client, meta.Peer
 		}

@@ -67,6 +67,9 @@ type HTTPOrigin struct {
 	MaxSize int
 	// Client is the HTTP client. If nil, http.DefaultClient.
 	Client *http.Client
+	// Now is the clock a max-age counts from: the node's (Config.Now). If
+	// nil, time.Now.
+	Now func() time.Time
 }
 
 // Load implements Origin.
@@ -107,7 +110,11 @@ func (o *HTTPOrigin) Load(ctx context.Context, key string) (store.Item, error) {
 			// the clock allows.
 			ttl = time.Second
 		}
-		it.Expires = time.Now().Add(ttl)
+		now := time.Now
+		if o.Now != nil {
+			now = o.Now
+		}
+		it.Expires = now().Add(ttl)
 	}
 	return it, nil
 }

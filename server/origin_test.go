@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -125,36 +126,28 @@ func TestFileOriginCannotEscape(t *testing.T) {
 
 // TestOriginLoadsOncePerKey: concurrent misses of one key wait for one load.
 func TestOriginLoadsOncePerKey(t *testing.T) {
-	origin := &countingOrigin{gate: make(chan struct{})}
-	addr, srv := startServer(t, Config{Origin: origin})
-	var wg sync.WaitGroup
-	errs := make(chan error, 20)
-	for range 20 {
-		wg.Go(func() {
-			c := newClient(t, addr)
-			it, err := c.Get("k")
-			if err == nil && string(it.Value) != "value-of-k" {
-				err = fmt.Errorf("got %q", it.Value)
-			}
-			if err != nil {
-				errs <- err
-			}
-		})
-	}
-	// Release the one load once every reader is waiting on it.
-	waitFor(t, func() bool { return origin.total.Load() == 1 && srv.filling.Load() == 20 })
-	close(origin.gate)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if got := origin.count("k"); got != 1 {
-		t.Fatalf("origin loads = %d, want 1", got)
-	}
-	if got := srv.counters[ctrMerged].Load(); got != 19 {
-		t.Fatalf("singleflight_merged = %d, want 19", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		origin := &countingOrigin{gate: make(chan struct{})}
+		n, srv := startPipeServer(t, Config{Origin: origin})
+		var readers []*rawConn
+		for range 20 {
+			c := dialPipe(t, n, "client")
+			c.send("get k\r\n")
+			readers = append(readers, c)
+		}
+		// Release the one load once every reader is waiting on it.
+		synctest.Wait()
+		close(origin.gate)
+		for _, c := range readers {
+			c.expect("VALUE k 0 10\r\nvalue-of-k\r\nEND\r\n")
+		}
+		if got := origin.count("k"); got != 1 {
+			t.Fatalf("origin loads = %d, want 1", got)
+		}
+		if got := srv.counters[ctrMerged].Load(); got != 19 {
+			t.Fatalf("singleflight_merged = %d, want 19", got)
+		}
+	})
 }
 
 func TestMetricsEndpoint(t *testing.T) {

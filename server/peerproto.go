@@ -1,10 +1,11 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"strconv"
+	"time"
 
+	"spillway/peers/wire"
 	"spillway/protocol"
 	"spillway/store"
 )
@@ -85,42 +86,24 @@ func isTag(opaque []byte) bool {
 	return ok
 }
 
-// writePeerKey writes key into a request line: as it is, or base64-encoded
-// when it cannot stand in a line (protocol.AppendKey), and then it reports
-// that the line needs the b flag.
-func writePeerKey(w *bufio.Writer, key string) (b64 bool) {
-	line, b64 := protocol.AppendKey(w.AvailableBuffer(), key)
-	w.Write(line)
-	return b64
-}
-
-// mdLine builds a meta delete of key for a peer, with flags (" O<tag>")
-// appended; like writePeerKey, it sends a key that cannot stand in a line
-// as it is base64-encoded with the b flag.
-func mdLine(key, flags string) []byte {
-	b := append(make([]byte, 0, 8+len(key)*4/3+len(flags)), "md "...)
-	b, b64 := protocol.AppendKey(b, key)
-	if b64 {
-		b = append(b, " b"...)
-	}
-	return append(b, flags...)
-}
-
-// peerRequest serves the tagged requests of the peer protocol that are
-// node business rather than a client's request (drop a copy, drop a moved
-// key's leftover, a membership message), and reports whether req was one.
-// Tagged reads (mg) go through metaGet, which asks peerRead.
+// peerRequest serves the tagged requests of the peer protocol (the table
+// at the top of this file), and reports whether req was one. The others
+// on the peer port are writes forwarded by entry nodes and flush_all,
+// which handle serves as a client's, refusing writes of keys this node
+// does not own.
 func (c *conn) peerRequest(req *protocol.Request) bool {
-	if req.Command != protocol.CmdMetaDelete && req.Command != protocol.CmdMetaSet {
-		return false
-	}
-	kind, _, ok := parseTag(req.Meta.Opaque)
+	kind, node, ok := parseTag(req.Meta.Opaque)
 	if !ok {
 		return false
 	}
 	s, cl := c.srv, c.srv.cl
 	key := string(req.Key)
 	switch {
+	case req.Command == protocol.CmdMetaGet && !req.Meta.Flags.Has('T'):
+		// A touch (gat at another node) is a write: handle claims it.
+		c.local[statCmdGet]++
+		it, ok := c.peerRead(kind, node, key)
+		c.metaGetReply(req, it, ok, false)
 	case req.Command == protocol.CmdMetaDelete && kind == tagInval:
 		// The owner invalidates the copy this node holds.
 		_, had := cl.copies.Peek(key)
@@ -156,20 +139,13 @@ func foundCode(found bool) string {
 	return "NF"
 }
 
-// peerRead serves an mg that another node sent with a peer tag (the
-// table at the top of this file); routed is false for an untagged mg,
-// which metaGet serves as a client's would be.
-func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) {
+// peerRead serves a read that another node sent with a peer tag of kind.
+func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok bool) {
 	s := c.srv
-	kind, node, isTag := parseTag(req.Meta.Opaque)
-	if !isTag || req.Meta.Flags.Has('T') || s.cl == nil {
-		return it, false, false
-	}
-	key := string(req.Key)
 	var r readResult
 	switch kind {
 	case tagForward:
-		if it, ok := s.localGet(key); ok {
+		if it, ok := s.rt.held(key); ok {
 			r = readResult{it, true}
 		} else {
 			r = s.fill(key)
@@ -193,8 +169,48 @@ func (c *conn) peerRead(req *protocol.Request) (it store.Item, ok, routed bool) 
 		// The owned store whoever owns the key now: the store's Valid
 		// hook keeps items of a key this node lost for the owner grace.
 		r.it, r.found = s.store.Get(key)
-	default:
-		return it, false, false
 	}
-	return r.it, r.found, true
+	return r.it, r.found
+}
+
+// read reads keys from a peer with reads of kind (tagForward, tagFetch or
+// tagWarm) and extra mg flags, as items.
+func (cl *cluster) read(pc *wire.Client, keys []string, kind, extra string) ([]readResult, error) {
+	now := cl.srv.cfg.Now()
+	vals, err := pc.Fetch(cl.fetchTimeout, keys, cl.tag(kind), extra)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]readResult, len(vals))
+	for i, v := range vals {
+		if v.Found {
+			out[i] = readResult{cl.item(keys[i], v, now), true}
+		}
+	}
+	return out, nil
+}
+
+// item is a value read from a peer as an item, its remaining lifetime
+// counted from now, a time before the request was sent. The owner rounds
+// the remaining lifetime to the nearest second, and now is before the
+// owner looked: now+ttl-0.5s is never after the item's own expiry, so a
+// copy never outlives it.
+func (cl *cluster) item(key string, v wire.Value, now time.Time) store.Item {
+	it := store.Item{Key: key, Value: v.Data, Flags: v.Flags, CAS: v.CAS}
+	if v.TTL >= 0 {
+		it.Expires = now.Add(time.Duration(v.TTL)*time.Second - time.Second/2)
+	}
+	return it
+}
+
+// exchange sends a peer one request that is not a read and returns its
+// reply.
+func (cl *cluster) exchange(pc *wire.Client, line, data []byte) (wire.Reply, error) {
+	return pc.Exchange(cl.cfg.PeerTimeout, line, data)
+}
+
+// sendControl sends a peer a membership message (fence.go) and returns its
+// answer.
+func (cl *cluster) sendControl(pc *wire.Client, verb string, payload []byte) ([]byte, error) {
+	return pc.Control(cl.cfg.PeerTimeout, cl.tag(tagControl), verb, payload)
 }

@@ -8,8 +8,10 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"spillway/peers/wire"
 	"spillway/ring"
 	"spillway/store"
 )
@@ -29,21 +31,23 @@ func (o gateOrigin) Load(ctx context.Context, key string) (store.Item, error) {
 // An origin fill that started before a set must not overwrite the set's
 // value: the client's write wins.
 func TestRegressOriginFillClobbersSet(t *testing.T) {
-	o := gateOrigin{make(chan struct{})}
-	addr, srv := startServer(t, Config{Origin: o})
-	r := dialRaw(t, addr)
-	r.send("get k\r\n") // misses, blocks in the origin
-	waitFor(t, func() bool { return srv.filling.Load() == 1 })
-	w := dialRaw(t, addr)
-	w.send("set k 0 0 7\r\nwritten\r\n")
-	w.expect("STORED\r\n")
-	close(o.release)
-	// The fill finds the client's value and serves that.
-	r.expect("VALUE k 0 7\r\nwritten\r\nEND\r\n")
-	w.send("get k\r\n")
-	if got := w.line(); got != "VALUE k 0 7" {
-		t.Fatalf("after STORED, get k returns %q: the origin fill overwrote the client's set", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		o := gateOrigin{make(chan struct{})}
+		n, _ := startPipeServer(t, Config{Origin: o})
+		r := dialPipe(t, n, "client")
+		r.send("get k\r\n")
+		synctest.Wait() // the get misses and waits in the origin
+		w := dialPipe(t, n, "client")
+		w.send("set k 0 0 7\r\nwritten\r\n")
+		w.expect("STORED\r\n")
+		close(o.release)
+		// The fill finds the client's value and serves that.
+		r.expect("VALUE k 0 7\r\nwritten\r\nEND\r\n")
+		w.send("get k\r\n")
+		if got := w.line(); got != "VALUE k 0 7" {
+			t.Fatalf("after STORED, get k returns %q: the origin fill overwrote the client's set", got)
+		}
+	})
 }
 
 // With an origin configured (or in a cluster), mg on a stale item the node
@@ -106,23 +110,19 @@ func TestRegressBinaryKeyInjection(t *testing.T) {
 // The client idle timeout does not close peer connections, and a pooled
 // connection the owner closed is redialled: a forwarded write succeeds.
 func TestRegressIdlePeerConnFailsWrite(t *testing.T) {
-	nodes := startCluster(t, 2, clusterOpts{idle: 300 * time.Millisecond})
-	var key string
-	for i := 0; ; i++ {
-		if k := fmt.Sprintf("k%d", i); nodes[0].srv.cl.view.Load().ring.Owner(k) == "node1" {
-			key = k
-			break
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+		key := ownedBy(nodes[0], "node1", "k", 1)[0]
+		c := dialPipe(t, n, nodes[0].client())
+		c.send("set " + key + " 0 0 1\r\na\r\n")
+		c.expect("STORED\r\n")
+		time.Sleep(600 * time.Millisecond) // past the idle timeout: c is closed
+		c2 := dialPipe(t, n, nodes[0].client())
+		c2.send("set " + key + " 0 0 1\r\nb\r\n")
+		if got := c2.line(); got != "STORED" {
+			t.Fatalf("forwarded set to a healthy owner: %q", got)
 		}
-	}
-	c := dialRaw(t, nodes[0].addr)
-	c.send("set " + key + " 0 0 1\r\na\r\n")
-	c.expect("STORED\r\n")
-	time.Sleep(600 * time.Millisecond) // node1 closes the idle peer conn; c stays busy enough? re-dial the client
-	c2 := dialRaw(t, nodes[0].addr)
-	c2.send("set " + key + " 0 0 1\r\nb\r\n")
-	if got := c2.line(); got != "STORED" {
-		t.Fatalf("forwarded set to a healthy owner: %q", got)
-	}
+	})
 }
 
 // A delete at the new owner during the grace after a join deletes the
@@ -244,7 +244,7 @@ func TestRegressDeadPeerSerialFallback(t *testing.T) {
 	}
 	defer hole.Close()
 	v := *nodes[0].srv.cl.view.Load()
-	v.clients = map[string]*peerClient{"node1": newPeerClient(hole.Addr().String(), DefaultPeerTimeout, DefaultPeerTimeout, 4, DefaultMaxItemSize)}
+	v.clients = map[string]*wire.Client{"node1": wire.New(wire.Config{Addr: hole.Addr().String(), MaxIdle: 4})}
 	nodes[0].srv.cl.view.Store(&v)
 	var keys []string
 	for i := 0; len(keys) < 8; i++ {
@@ -258,7 +258,7 @@ func TestRegressDeadPeerSerialFallback(t *testing.T) {
 	c.nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 	l, _ := c.r.ReadString('\n')
 	t.Logf("get of %d keys on an unresponsive owner: %q after %v", len(keys), l, time.Since(start))
-	if d := time.Since(start); d > 2*DefaultPeerTimeout {
+	if d := time.Since(start); d > 2*nodes[0].srv.cl.fetchTimeout {
 		t.Fatalf("client waited %v", d)
 	}
 }

@@ -2,9 +2,9 @@ package server
 
 import (
 	"errors"
-	"sync"
 	"time"
 
+	"spillway/peers/wire"
 	"spillway/store"
 )
 
@@ -31,126 +31,178 @@ type readResult struct {
 	found bool
 }
 
-// localGet serves key from what this node holds: the owned store if it
-// owns the key in its current view, then the copies.
-func (s *Server) localGet(key string) (store.Item, bool) {
-	if s.cl == nil {
-		return s.store.Get(key)
-	}
-	if s.cl.owns(s.cl.view.Load(), key) {
-		s.cl.holders.await(key, s.cl.cfg.InvalidateTimeout)
-		if it, ok := s.store.Get(key); ok {
+// held serves key from what this node holds: the owned store if it owns
+// the key in its current view, then the copies.
+func (cl *cluster) held(key string) (store.Item, bool) {
+	if cl.owns(cl.view.Load(), key) {
+		cl.holders.await(key, cl.cfg.InvalidateTimeout)
+		if it, ok := cl.srv.store.Get(key); ok {
 			return it, true
 		}
 	}
-	return s.cl.copies.Get(key)
+	return cl.copies.Get(key)
 }
 
-// routed reports whether reads may need more than the local store.
-func (s *Server) routed() bool { return s.cl != nil || s.origin != nil }
+// pick chooses the node to serve a read with the bounded-load ring.
+func (cl *cluster) pick(key string) (string, bool, func(), error) { return cl.picker.Pick(key) }
 
-// readKeys answers the keys of a client's get at this entry node, in
-// order. Keys held here are served at once; the others are grouped by the
-// node the picker chooses, and each group is fetched in one pipelined batch,
-// the groups in parallel.
-func (c *conn) readKeys(keys [][]byte, out []readResult) {
+// reads opens a request's reads at node id.
+func (cl *cluster) reads(id string) (*remoteReads, error) {
+	pc := cl.view.Load().clients[id]
+	if pc == nil {
+		return nil, errNoPeer
+	}
+	st, err := pc.Open(cl.fetchTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &remoteReads{cl: cl, node: id, st: st, sent: cl.srv.cfg.Now()}, nil
+}
+
+// remoteReads is one request's reads routed to another node (mg with the
+// fwd tag), on a connection of their own while the request lasts.
+type remoteReads struct {
+	cl   *cluster
+	node string
+	st   *wire.Stream
+	sent time.Time // before the first request: remaining TTLs count from it
+}
+
+func (r *remoteReads) send(key string) { r.st.Send(key, r.cl.tag(tagForward), "") }
+
+// next returns the answer to the oldest key sent and not yet answered; its
+// value is valid until the next call.
+func (r *remoteReads) next(key string) (readResult, error) {
+	v, err := r.st.Next()
+	if err != nil || !v.Found {
+		return readResult{}, err
+	}
+	return readResult{r.cl.item(key, v, r.sent), true}, nil
+}
+
+func (r *remoteReads) close() { r.st.Close() }
+
+// readAheadKeys and readAheadBytes bound how far a multi-key read runs
+// ahead of what it has answered: how many keys, and how many bytes of
+// values held here, wait to be written to the client. Values coming from
+// other nodes wait in the socket buffers of the request's own connections
+// to them, not here.
+const (
+	readAheadKeys  = 64
+	readAheadBytes = 1 << 20
+)
+
+// readStep is one key of a multi-key read, from the moment it is looked
+// at until it is answered.
+type readStep struct {
+	key     string
+	it      store.Item
+	held    bool
+	reads   *remoteReads // the node serving it, if not this one
+	primary bool
+	release func()
+}
+
+// readKeys answers the keys of a client's get at this entry node, handing
+// each key's result to emit in the client's order as soon as it and those
+// before it are known. A result's value is valid only during emit.
+//
+// Keys held here are served from here. The others go where the picker
+// sends them: to another node, on a connection this request keeps to it
+// while it lasts, the requests written ahead of the replies (up to
+// readAheadKeys) so that the round trips overlap; or filled here, in turn.
+// A node that fails is not asked again by this request: its keys are
+// filled here, so it costs the request one timeout.
+func (c *conn) readKeys(keys [][]byte, emit func(i int, r readResult)) {
+	var bad unreachable
+	var nodes map[string]*remoteReads
+	defer func() {
+		for _, r := range nodes {
+			r.close()
+		}
+	}()
+	var steps [readAheadKeys]readStep
+	ahead, heldBytes := 0, 0
+	for i := range keys {
+		for ahead < len(keys) && ahead-i < readAheadKeys && (ahead == i || heldBytes < readAheadBytes) {
+			st := &steps[ahead%readAheadKeys]
+			*st = c.startRead(string(keys[ahead]), &bad, &nodes)
+			heldBytes += len(st.it.Value)
+			ahead++
+		}
+		st := &steps[i%readAheadKeys]
+		heldBytes -= len(st.it.Value)
+		emit(i, c.finishRead(st, &bad))
+		*st = readStep{}
+	}
+}
+
+// startRead looks at one key of readKeys: held here, sent to the node the
+// picker chose, or to be filled here.
+func (c *conn) startRead(key string, bad *unreachable, nodes *map[string]*remoteReads) readStep {
 	s := c.srv
-	type group struct {
-		idx      []int
-		keys     []string
-		releases []func()
-		primary  []bool
+	if it, ok := s.rt.held(key); ok {
+		return readStep{key: key, it: it, held: true}
 	}
-	var groups map[string]*group
-	for i, k := range keys {
-		key := string(k)
-		if it, ok := s.localGet(key); ok {
-			out[i] = readResult{it, true}
-			_, owned := s.ownerOf(key)
-			s.countServed(s.selfID(), owned, true)
-			continue
-		}
-		if s.cl == nil {
-			out[i] = s.fill(key)
-			s.countServed("", true, true)
-			continue
-		}
-		id, primary, release, err := s.cl.picker.Pick(key)
-		if err != nil || id == s.cl.self {
-			out[i] = s.fill(key)
-			if release != nil {
-				release()
-			}
-			s.countServed(s.cl.self, primary || err != nil, true)
-			continue
-		}
-		if groups == nil {
-			groups = make(map[string]*group)
-		}
-		g := groups[id]
-		if g == nil {
-			g = &group{}
-			groups[id] = g
-		}
-		g.idx = append(g.idx, i)
-		g.keys = append(g.keys, key)
-		g.releases = append(g.releases, release)
-		g.primary = append(g.primary, primary)
+	id, primary, release, err := s.rt.pick(key)
+	st := readStep{key: key, primary: primary || err != nil, release: release}
+	if err != nil || id == s.rt.self() || bad.has(id) {
+		return st
 	}
-	if len(groups) == 0 {
-		return
-	}
-	v := s.cl.view.Load()
-	fetchGroup := func(id string, g *group) {
-		defer func() {
-			for _, r := range g.releases {
-				r()
-			}
-		}()
-		pc := v.clients[id]
-		var res []fetched
-		err := errNoPeer
-		if pc != nil {
-			res, err = pc.fetch(g.keys, s.cl.tag(tagForward), s.cfg.Now())
-		}
-		s.counters[ctrForwarded].Add(uint64(len(g.keys)))
-		if err != nil {
+	r := (*nodes)[id]
+	if r == nil {
+		if r, err = s.rt.reads(id); err != nil {
 			s.counters[ctrPeerErrors].Add(1)
+			bad.add(id)
+			st.primary = false
+			return st
 		}
-		for j, i := range g.idx {
-			if err != nil {
-				// The chosen node did not answer: serve it here
-				// rather than fail the client.
-				out[i] = s.fillAvoiding(g.keys[j], id)
-				s.countServed(s.cl.self, false, true)
-				continue
-			}
-			out[i] = readResult{res[j].item, res[j].found}
-			s.countServed(id, g.primary[j], false)
+		if *nodes == nil {
+			*nodes = make(map[string]*remoteReads)
 		}
+		(*nodes)[id] = r
 	}
-	if len(groups) == 1 { // the common case: no goroutine
-		for id, g := range groups {
-			fetchGroup(id, g)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	for id, g := range groups {
-		wg.Go(func() { fetchGroup(id, g) })
-	}
-	wg.Wait()
+	r.send(key)
+	s.counters[ctrForwarded].Add(1)
+	st.reads = r
+	return st
 }
 
-var errNoPeer = errors.New("no connection to that node")
-
-// selfID is this node's ID, or "" for a single node.
-func (s *Server) selfID() string {
-	if s.cl == nil {
-		return ""
+// finishRead answers one key of readKeys.
+func (c *conn) finishRead(st *readStep, bad *unreachable) readResult {
+	s := c.srv
+	self := s.rt.self()
+	if st.release != nil {
+		defer st.release()
 	}
-	return s.cl.self
+	if st.held {
+		_, owned := s.rt.owner(st.key)
+		s.countServed(self, owned, true)
+		return readResult{st.it, true}
+	}
+	if st.reads != nil {
+		r, err := st.reads.next(st.key)
+		if err == nil {
+			s.countServed(st.reads.node, st.primary, false)
+			return r
+		}
+		if !bad.has(st.reads.node) {
+			s.counters[ctrPeerErrors].Add(1)
+			bad.add(st.reads.node)
+		}
+		// The chosen node did not answer: serve the key here rather
+		// than fail the client.
+		st.primary = false
+	}
+	r := s.fillAvoiding(st.key, bad)
+	s.countServed(self, st.primary, true)
+	return r
 }
+
+var (
+	errNoPeer      = errors.New("no connection to that node")
+	errUnreachable = errors.New("that node failed earlier in this request")
+)
 
 // putCopy keeps an item owned elsewhere for at most the copy TTL, and
 // never beyond the item's own expiry.
@@ -195,16 +247,18 @@ func (cl *cluster) dropCopies() {
 func (s *Server) flushLocal(delay time.Duration) {
 	s.gens.bumpAll()
 	s.store.Flush(delay)
-	if s.cl != nil {
-		s.cl.copies.Flush(delay)
-	}
+	s.rt.flushCopies(delay)
 }
 
-// ownerOf returns the node that owns key, and whether that is this node.
-func (s *Server) ownerOf(key string) (string, bool) {
-	if s.cl == nil {
-		return "", true
-	}
-	o := s.cl.view.Load().ring.Owner(key)
-	return o, o == s.cl.self || o == ""
+func (cl *cluster) flushCopies(delay time.Duration) { cl.copies.Flush(delay) }
+
+// owner returns the node that owns key in this node's view, and whether
+// that is this node.
+func (cl *cluster) owner(key string) (string, bool) {
+	o := cl.view.Load().ring.Owner(key)
+	return o, o == cl.id || o == ""
 }
+
+func (cl *cluster) self() string { return cl.id }
+
+func (cl *cluster) ownsNow(key string) bool { return cl.owns(cl.view.Load(), key) }

@@ -107,6 +107,8 @@ type Server struct {
 	start time.Time
 
 	cl        *cluster // nil for a single node
+	rt        router   // local, or cl
+	routed    bool     // reads may need more than the owned store
 	origin    Origin
 	originSem chan struct{}
 	flights   singleflight.Group
@@ -114,7 +116,6 @@ type Server struct {
 	uniq      *uniques // CAS uniques of a cluster node
 	counters  totals
 	metrics   *metrics
-	filling   atomic.Int64 // reads waiting in fill, for tests that line them up
 
 	verbosity atomic.Int32
 	closing   atomic.Bool
@@ -158,22 +159,24 @@ func New(cfg Config) (*Server, error) {
 	s.origin = cfg.Origin
 	s.originSem = make(chan struct{}, cfg.OriginConcurrency)
 	s.metrics = newMetrics(s)
+	s.rt = local{s}
+	s.routed = cfg.Cluster != nil || cfg.Origin != nil
 	if cfg.Cluster != nil {
 		cl, err := newCluster(*cfg.Cluster, s)
 		if err != nil {
 			st.Close()
 			return nil, fmt.Errorf("server: %w", err)
 		}
-		s.cl = cl
+		s.cl, s.rt = cl, cl
 		// No write can reach the store before New returns: the
 		// listeners are served after it.
-		s.uniq = newUniques(cl.self, cfg.Now)
+		s.uniq = newUniques(cl.id, cfg.Now)
 	}
 	return s, nil
 }
 
 // ID is the node's name in the cluster ("" for a single node).
-func (s *Server) ID() string { return s.selfID() }
+func (s *Server) ID() string { return s.rt.self() }
 
 // ClusterSize is the number of nodes in this node's ring (1 alone).
 func (s *Server) ClusterSize() int {
@@ -194,6 +197,9 @@ func (s *Server) GossipAddr() string {
 // ServePeers accepts connections from other nodes on ln, the peer port.
 // Requests there are served by this node, never routed further.
 func (s *Server) ServePeers(ln net.Listener) error {
+	if s.cl == nil {
+		return errors.New("server: a single node has no peer port")
+	}
 	return s.serve(ln, true)
 }
 

@@ -218,7 +218,7 @@ var statLines = []statLine{
 		return uint64(v.s.cl.view.Load().ring.Len())
 	}),
 	counterFuncLine("served", "spillway_served_total", "Reads this node answered itself, whoever the entry node was.", func(v *statsView) uint64 {
-		if !v.s.routed() {
+		if !v.s.routed {
 			// A node with no cluster and no origin serves every read itself.
 			return v.t[statCmdGet]
 		}

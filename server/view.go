@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"spillway/peers"
+	"spillway/peers/wire"
 	"spillway/ring"
 )
 
@@ -24,8 +25,8 @@ type fenceRecord struct {
 // view is an immutable snapshot of the membership.
 type view struct {
 	ring    *ring.Ring
-	clients map[string]*peerClient // by node ID, self excluded
-	byHash  map[uint64]string      // node ID by idHash, for copy holders
+	clients map[string]*wire.Client // by node ID, self excluded
+	byHash  map[uint64]string       // node ID by idHash, for copy holders
 	// base is the last ring whose hand-off completed (see installLocked):
 	// its owners are the previous owners of keys this node gained, asked
 	// for them until the owner grace ends (until). done is closed when
@@ -106,7 +107,7 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 	cl.mu.Lock()
 	if old := cl.gossip; old != nil {
 		for _, n := range old.Nodes() {
-			if !r.Has(n.ID) && n.ID != cl.self {
+			if !r.Has(n.ID) && n.ID != cl.id {
 				// The run gossip saw go, not a later one this node
 				// learned of from its fence.
 				cl.gone[n.ID] = cl.gossipBoots[n.ID]
@@ -126,9 +127,9 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 	}
 	cl.mu.Unlock()
 	for _, m := range back {
-		pc := newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.cfg.PeerTimeout, 1, cl.srv.cfg.MaxItemSize)
-		_, err := pc.control(cl.tag(tagControl), "dead", []byte(m.Boot))
-		pc.close()
+		pc := cl.dial(m.Peer)
+		_, err := cl.sendControl(pc, "dead", []byte(m.Boot))
+		pc.Close()
 		cl.log.Info("told a member that comes back that it was declared dead", "member", m.Peer, "err", err)
 	}
 }
@@ -143,7 +144,7 @@ func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers
 	var nodes []ring.Node
 	if cl.gossip != nil {
 		for _, n := range cl.gossip.Nodes() {
-			if n.ID == cl.self {
+			if n.ID == cl.id {
 				if !cl.leaving {
 					nodes = append(nodes, n)
 				}
@@ -160,7 +161,7 @@ func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers
 				}
 				continue
 			}
-			if uniqueNode(n.ID) == uniqueNode(cl.self) && !cl.warned["cas:"+n.ID] {
+			if uniqueNode(n.ID) == uniqueNode(cl.id) && !cl.warned["cas:"+n.ID] {
 				cl.warned["cas:"+n.ID] = true
 				cl.log.Warn("member's name hashes to this node's CAS unique bits; rename one", "member", n.ID)
 			}
@@ -211,18 +212,18 @@ func (cl *cluster) installLocked() {
 	if cl.hist.Load() != nil && sameMembers(old.ring, r) && !restarted {
 		return
 	}
-	nv := &view{ring: r, clients: make(map[string]*peerClient), byHash: make(map[uint64]string), done: make(chan struct{})}
+	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string), done: make(chan struct{})}
 	for _, n := range r.Nodes() {
 		nv.byHash[idHash(n.ID)] = n.ID
-		if n.ID == cl.self {
+		if n.ID == cl.id {
 			continue
 		}
 		m := metas[n.ID]
-		if pc, ok := old.clients[n.ID]; ok && pc.addr == m.Peer {
+		if pc, ok := old.clients[n.ID]; ok && pc.Addr() == m.Peer {
 			nv.clients[n.ID] = pc
 			continue
 		}
-		nv.clients[n.ID] = newPeerClient(m.Peer, cl.cfg.PeerTimeout, cl.fetchTimeout, cl.cfg.PeerMaxIdle, cl.srv.cfg.MaxItemSize)
+		nv.clients[n.ID] = cl.dial(m.Peer)
 	}
 	// base is the ring whose owners last held the keys for sure: the last
 	// one whose hand-off completed or, on a node that never completed one
@@ -232,7 +233,7 @@ func (cl *cluster) installLocked() {
 	// owners never served.
 	nv.base = cl.settled
 	if nv.base == nil && r.Len() > 1 {
-		nv.base = r.Without(cl.self)
+		nv.base = r.Without(cl.id)
 	}
 	if nv.base != nil {
 		nv.until = now.Add(cl.cfg.OwnerGrace)
@@ -247,10 +248,10 @@ func (cl *cluster) installLocked() {
 
 	for id, pc := range old.clients {
 		if nv.clients[id] != pc {
-			pc.close()
+			pc.Close()
 		}
 	}
-	if cl.leaving || nv.base == nil || !gains(nv.base, r, cl.self) {
+	if cl.leaving || nv.base == nil || !gains(nv.base, r, cl.id) {
 		cl.settled = r
 		close(nv.done)
 		return
@@ -294,14 +295,14 @@ func (v *view) previousOwner(key, self string, now time.Time) string {
 // owns reports whether this node owns key in v and may act as its owner:
 // the hand-off of a key it gained is complete.
 func (cl *cluster) owns(v *view, key string) bool {
-	if v.ring.Owner(key) != cl.self {
+	if v.ring.Owner(key) != cl.id {
 		return false
 	}
 	select {
 	case <-v.done:
 		return true
 	default:
-		return v.base.Owner(key) == cl.self
+		return v.base.Owner(key) == cl.id
 	}
 }
 
@@ -309,7 +310,7 @@ func (cl *cluster) owns(v *view, key string) bool {
 // complete or has taken PeerTimeout; the caller checks owns again.
 func (cl *cluster) awaitOwnership(key string) *view {
 	v := cl.view.Load()
-	if v.ring.Owner(key) != cl.self || cl.owns(v, key) {
+	if v.ring.Owner(key) != cl.id || cl.owns(v, key) {
 		return v
 	}
 	t := time.NewTimer(cl.cfg.PeerTimeout)
@@ -337,5 +338,10 @@ func (cl *cluster) valid(key string, seq uint64) bool {
 	if h == nil {
 		return true
 	}
-	return h.valid(key, seq, cl.self, cl.srv.cfg.Now, cl.cfg.OwnerGrace)
+	return h.valid(key, seq, cl.id, cl.srv.cfg.Now, cl.cfg.OwnerGrace)
+}
+
+// dial returns a client of the peer port at addr.
+func (cl *cluster) dial(addr string) *wire.Client {
+	return wire.New(wire.Config{Addr: addr, Dial: cl.cfg.dial, MaxIdle: cl.cfg.PeerMaxIdle, MaxValue: cl.srv.cfg.MaxItemSize})
 }

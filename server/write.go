@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"spillway/peers/wire"
 	"spillway/protocol"
 )
 
@@ -33,6 +34,10 @@ func isWrite(req *protocol.Request) bool {
 	}
 	return false
 }
+
+func (cl *cluster) claim(c *conn, req *protocol.Request) bool { return c.claimWrite(req, 0) }
+
+func (cl *cluster) release(c *conn) { c.releaseWrite() }
 
 // claimWrite makes this node the one to run a write: if it owns the key
 // in its view (and the key's hand-off is complete), it settles a key that
@@ -66,7 +71,7 @@ func (c *conn) claimWrite(req *protocol.Request, attempt int) bool {
 		s.counters[ctrRefusedWrites].Add(1)
 		c.failWrite(req, errHandoff)
 	default:
-		if next := c.forwardWrite(owner, req); next == cl.self {
+		if next := c.forwardWrite(owner, req); next == cl.id {
 			return c.claimWrite(req, 1)
 		}
 	}
@@ -84,7 +89,7 @@ func (c *conn) holdKey(key string, needValue bool) (owner string, held bool) {
 	s, cl := c.srv, c.srv.cl
 	for range 2 {
 		v := cl.awaitOwnership(key)
-		if owner := v.ring.Owner(key); owner != cl.self {
+		if owner := v.ring.Owner(key); owner != cl.id {
 			return owner, false
 		}
 		if !cl.owns(v, key) {
@@ -103,7 +108,7 @@ func (c *conn) holdKey(key string, needValue bool) (owner string, held bool) {
 		c.prevRound, c.endRound = cl.holders.begin(key)
 		s.gens.bump(key)
 		s.flights.Forget(key)
-		return cl.self, true
+		return cl.id, true
 	}
 	return "", false
 }
@@ -166,7 +171,7 @@ func (c *conn) forwardWrite(owner string, req *protocol.Request) (next string) {
 		if next == owner && named != "" {
 			next = named
 		}
-		if next == s.cl.self {
+		if next == s.cl.id {
 			return next
 		}
 		if attempt > 0 || next == owner || next == "" {
@@ -182,15 +187,14 @@ func (c *conn) forwardWrite(owner string, req *protocol.Request) (next string) {
 //
 // It ends claimWrite's hold on the key's ownership first: the write is
 // stored, and invalidating waits on other nodes.
-func (c *conn) written(key []byte) {
+func (c *conn) written(key []byte) { c.srv.rt.written(c, key) }
+
+func (cl *cluster) written(c *conn, key []byte) {
 	c.unlockKey()
-	if c.srv.cl == nil {
-		return
-	}
 	prev, end := c.prevRound, c.endRound
 	if end == nil {
 		// Not claimed (dropKey, outside handle): a round of its own.
-		prev, end = c.srv.cl.holders.begin(string(key))
+		prev, end = cl.holders.begin(string(key))
 	}
 	c.endRound, c.prevRound = nil, nil
 	c.srv.invalidate(string(key), prev)
@@ -212,11 +216,13 @@ func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool) 
 		return nil, nil, errNoPeer
 	}
 	s.counters[ctrForwardedWrites].Add(1)
+	var r wire.Reply
 	if quiet {
-		reply, value, err = pc.exchangeQuiet(line, data)
+		r, err = pc.ExchangeQuiet(s.cl.cfg.PeerTimeout, line, data)
 	} else {
-		reply, value, err = pc.exchange(line, data)
+		r, err = s.cl.exchange(pc, line, data)
 	}
+	reply, value = r.Line, r.Value
 	if err != nil {
 		s.counters[ctrPeerErrors].Add(1)
 	}
@@ -238,7 +244,7 @@ func (s *Server) invalidate(key string, prev <-chan struct{}) {
 		return
 	}
 	v := s.cl.view.Load()
-	line := mdLine(key, " O"+s.cl.tag(tagInval))
+	line := wire.DeleteLine(key, " O"+s.cl.tag(tagInval))
 	type answer struct {
 		node string
 		err  error
@@ -258,7 +264,7 @@ func (s *Server) invalidate(key string, prev <-chan struct{}) {
 		pending[id] = true
 		s.counters[ctrInvalidations].Add(1)
 		go func() {
-			_, _, err := pc.exchange(line, nil)
+			_, err := s.cl.exchange(pc, line, nil)
 			answers <- answer{id, err}
 		}()
 	}
@@ -295,11 +301,9 @@ func (s *Server) lostInvalidation(what, node string, err error) {
 // broadcast runs send towards every other node at once and waits for
 // them, for flush_all. It returns how many of how many nodes (this one
 // included) failed.
-func (s *Server) broadcast(what string, send func(pc *peerClient) error) (failed, total int) {
-	if s.cl == nil {
-		return 0, 1
-	}
-	clients := s.cl.view.Load().clients
+func (cl *cluster) broadcast(what string, send func(pc *wire.Client) error) (failed, total int) {
+	s := cl.srv
+	clients := cl.view.Load().clients
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for id, pc := range clients {

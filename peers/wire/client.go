@@ -1,0 +1,335 @@
+// Package wire is the client side of the protocol Spillway nodes speak to
+// each other on their peer ports: memcached's text protocol, meta
+// commands mostly, with an opaque tag that says what a peer asks for and
+// who asks (the table is in server/peerproto.go, next to the handler).
+//
+// It is not gomemcache: forwarding needs meta commands (mg returns flags,
+// CAS and the remaining TTL in one reply) and must pass a client's CAS
+// unique on, which gomemcache keeps unexported.
+//
+// One Client talks to one peer. The server keeps one per member of its
+// view (server/view.go) and hands them over, unchanged, to the next view
+// while the member's peer address stays the same.
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"spillway/protocol"
+)
+
+// Config configures a Client.
+type Config struct {
+	// Addr is the peer port's address.
+	Addr string
+	// Dial opens a connection to Addr. If nil, TCP with the exchange's
+	// timeout. Tests put an in-memory network here; it is also where a
+	// connection is authenticated before its first request.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// MaxIdle is the number of idle connections kept (at least 1).
+	MaxIdle int
+	// MaxValue bounds a value read from the peer: the asking node's item
+	// size limit, since a larger item could not be kept there either.
+	MaxValue int
+}
+
+// Client is a pool of connections to one peer, each carrying one exchange
+// at a time. It is safe for concurrent use.
+type Client struct {
+	cfg Config
+
+	mu     sync.Mutex
+	idle   []*conn // guarded by mu
+	closed bool    // guarded by mu
+}
+
+type conn struct {
+	nc net.Conn
+	r  *bufio.Reader
+	w  *bufio.Writer
+	rr protocol.ReplyReader
+}
+
+// New returns a client of the peer at cfg.Addr. It dials lazily.
+func New(cfg Config) *Client {
+	cfg.MaxIdle = max(cfg.MaxIdle, 1)
+	return &Client{cfg: cfg}
+}
+
+// Addr is the peer port's address.
+func (c *Client) Addr() string { return c.cfg.Addr }
+
+// Close closes the idle connections, and the busy ones as their exchanges
+// end.
+func (c *Client) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, pc := range c.idle {
+		pc.nc.Close()
+	}
+	c.idle = nil
+}
+
+// get returns a pooled connection the peer has not closed, or a new one.
+func (c *Client) get(timeout time.Duration) (*conn, error) {
+	for {
+		c.mu.Lock()
+		n := len(c.idle)
+		if n == 0 {
+			c.mu.Unlock()
+			break
+		}
+		pc := c.idle[n-1]
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		if pc.alive() {
+			return pc, nil
+		}
+		pc.nc.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var nc net.Conn
+	var err error
+	if c.cfg.Dial != nil {
+		nc, err = c.cfg.Dial(ctx, c.cfg.Addr)
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, "tcp", c.cfg.Addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	pc := &conn{nc: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10)}
+	pc.rr.MaxValue = c.cfg.MaxValue
+	return pc, nil
+}
+
+// alive reports whether an idle connection can carry a request: the peer
+// has not closed it (it restarted, or timed it out) and sent nothing on
+// it. A request is never sent twice: a write the peer may have applied
+// must not be applied again, so a connection is checked before use rather
+// than a failed exchange retried.
+func (pc *conn) alive() bool {
+	pc.nc.SetReadDeadline(time.Now())
+	_, err := pc.r.Peek(1)
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// put returns a healthy connection to the pool; a failed one is closed,
+// since its stream may hold half a reply, and so is one with unread bytes,
+// which the next exchange would take for its own reply.
+func (c *Client) put(pc *conn, err error) {
+	if err == nil && pc.r.Buffered() == 0 {
+		c.mu.Lock()
+		if !c.closed && len(c.idle) < c.cfg.MaxIdle {
+			c.idle = append(c.idle, pc)
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+	pc.nc.Close()
+}
+
+// do runs one exchange on a connection within timeout.
+func (c *Client) do(timeout time.Duration, fn func(pc *conn) error) error {
+	pc, err := c.get(timeout)
+	if err != nil {
+		return err
+	}
+	pc.nc.SetDeadline(time.Now().Add(timeout))
+	err = fn(pc)
+	if err == nil {
+		err = pc.w.Flush()
+	}
+	c.put(pc, err)
+	return err
+}
+
+// Value is one key's answer to Fetch.
+type Value struct {
+	Found bool
+	Data  []byte
+	Flags uint32
+	CAS   uint64
+	// TTL is the item's remaining lifetime in whole seconds as the peer
+	// rounded it, or -1 if it never expires.
+	TTL int64
+}
+
+// Fetch reads keys from the peer with one pipelined batch of mg requests,
+// within timeout per reply. tag travels as the opaque token
+// (server/peerproto.go); extra is more mg flags (" T30" touches, for gat).
+// The values are copies of their own.
+func (c *Client) Fetch(timeout time.Duration, keys []string, tag, extra string) ([]Value, error) {
+	st, err := c.Open(timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	for _, k := range keys {
+		st.Send(k, tag, extra)
+	}
+	out := make([]Value, len(keys))
+	for i := range out {
+		v, err := st.Next()
+		if err != nil {
+			return nil, err
+		}
+		v.Data = bytes.Clone(v.Data)
+		out[i] = v
+	}
+	return out, nil
+}
+
+// readValue parses "VA <n> f<flags> c<cas> t<ttl> ...\r\n<data>\r\n" or
+// "EN\r\n". Data is the connection's buffer, valid until its next read.
+func (pc *conn) readValue() (Value, error) {
+	line, data, err := pc.rr.Read(pc.r)
+	switch {
+	case err != nil:
+		return Value{}, err
+	case bytes.HasPrefix(line, []byte("EN")):
+		return Value{}, nil
+	case data == nil:
+		return Value{}, replyError(line)
+	}
+	v := Value{Found: true, Data: data, TTL: -1}
+	if f, ok := protocol.MetaReplyFlag(line, 'f'); ok {
+		n, _ := strconv.ParseUint(string(f), 10, 32)
+		v.Flags = uint32(n)
+	}
+	if c, ok := protocol.MetaReplyFlag(line, 'c'); ok {
+		v.CAS, _ = strconv.ParseUint(string(c), 10, 64)
+	}
+	if t, ok := protocol.MetaReplyFlag(line, 't'); ok {
+		if ttl, err := strconv.ParseInt(string(t), 10, 64); err == nil && ttl >= 0 {
+			v.TTL = ttl
+		}
+	}
+	return v, nil
+}
+
+// Reply is the answer to one request: its line and, for a VA reply, the
+// value.
+type Reply struct {
+	Line  []byte
+	Value []byte
+}
+
+// Exchange sends one request (line, and a data block when data is not
+// nil) within timeout and returns the peer's reply.
+func (c *Client) Exchange(timeout time.Duration, line, data []byte) (Reply, error) {
+	var r Reply
+	err := c.do(timeout, func(pc *conn) error {
+		writeRequest(pc.w, line, data)
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		var err error
+		r.Line, r.Value, err = pc.read()
+		return err
+	})
+	return r, err
+}
+
+// ExchangeQuiet is Exchange for a meta command with q, which may answer
+// nothing: an mn follows it, and a nil Line means only MN came back.
+func (c *Client) ExchangeQuiet(timeout time.Duration, line, data []byte) (Reply, error) {
+	var r Reply
+	err := c.do(timeout, func(pc *conn) error {
+		writeRequest(pc.w, line, data)
+		pc.w.WriteString("mn\r\n")
+		if err := pc.w.Flush(); err != nil {
+			return err
+		}
+		var err error
+		r.Line, r.Value, err = pc.read()
+		if err != nil || string(r.Line) == "MN" {
+			r = Reply{}
+			return err
+		}
+		mn, _, err := pc.read()
+		if err == nil && string(mn) != "MN" {
+			err = replyError(mn)
+		}
+		return err
+	})
+	return r, err
+}
+
+// Control sends a membership message as an ms of key verb with the
+// control tag, and returns the peer's answer, which comes back as a VA
+// reply's value.
+func (c *Client) Control(timeout time.Duration, tag, verb string, payload []byte) ([]byte, error) {
+	if payload == nil {
+		payload = []byte{} // an ms always has a data block, if empty
+	}
+	line := make([]byte, 0, 32+len(verb)+len(tag))
+	line = append(line, "ms "...)
+	line = append(line, verb...)
+	line = append(line, ' ')
+	line = strconv.AppendInt(line, int64(len(payload)), 10)
+	line = append(line, " O"...)
+	line = append(line, tag...)
+	r, err := c.Exchange(timeout, line, payload)
+	if err != nil {
+		return nil, err
+	}
+	if r.Value == nil {
+		return nil, replyError(r.Line)
+	}
+	return r.Value, nil
+}
+
+// DeleteLine builds a meta delete of key with flags (" O<tag>") appended.
+// A key that cannot stand in a line goes base64-encoded with the b flag
+// (protocol.AppendKey).
+func DeleteLine(key, flags string) []byte {
+	b := append(make([]byte, 0, 8+len(key)*4/3+len(flags)), "md "...)
+	b, b64 := protocol.AppendKey(b, key)
+	if b64 {
+		b = append(b, " b"...)
+	}
+	return append(b, flags...)
+}
+
+func writeRequest(w *bufio.Writer, line, data []byte) {
+	w.Write(line)
+	w.WriteString("\r\n")
+	if data != nil {
+		w.Write(data)
+		w.WriteString("\r\n")
+	}
+}
+
+// read reads one reply line, and the value of a VA reply, as copies of
+// their own: the caller keeps them after the connection is reused.
+func (pc *conn) read() (line, value []byte, err error) {
+	line, value, err = pc.rr.Read(pc.r)
+	if err != nil {
+		return nil, nil, err
+	}
+	if value != nil {
+		value = bytes.Clone(value)
+	}
+	return bytes.Clone(line), value, nil
+}
+
+// ErrReply is a reply line that is neither a value nor a miss.
+var ErrReply = errors.New("peer: unexpected reply")
+
+func replyError(line []byte) error {
+	return fmt.Errorf("%w %q", ErrReply, line)
+}

@@ -1,0 +1,166 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// fakePeer answers mg with "VA <n> f0 c1 t-1" and the key repeated size
+// times as the value, and anything else with HD, one request at a time,
+// over net.Pipe: unbuffered, so a client that writes a whole batch before
+// reading any reply stalls at once rather than when socket buffers fill.
+type fakePeer struct {
+	size     int
+	requests atomic.Int64
+	conns    atomic.Int64
+	served   sync.WaitGroup
+	mu       sync.Mutex
+	open     []net.Conn
+}
+
+func (p *fakePeer) dial(ctx context.Context, addr string) (net.Conn, error) {
+	client, server := net.Pipe()
+	p.conns.Add(1)
+	p.mu.Lock()
+	p.open = append(p.open, server)
+	p.mu.Unlock()
+	p.served.Go(func() { p.serve(server) })
+	return client, nil
+}
+
+func (p *fakePeer) serve(nc net.Conn) {
+	defer nc.Close()
+	r, w := bufio.NewReader(nc), bufio.NewWriter(nc)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		p.requests.Add(1)
+		f := strings.Fields(line)
+		if f[0] == "set" { // its data block
+			if _, err := r.ReadString('\n'); err != nil {
+				return
+			}
+		}
+		if f[0] == "mg" {
+			v := strings.Repeat(f[1], p.size)
+			fmt.Fprintf(w, "VA %d f0 c1 t-1\r\n%s\r\n", len(v), v)
+		} else {
+			w.WriteString("HD\r\n")
+		}
+		if r.Buffered() == 0 {
+			if w.Flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+// closeAll ends the peer's side of every connection, as a restart does.
+func (p *fakePeer) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.open {
+		c.Close()
+	}
+	p.open = nil
+}
+
+// A batch far larger than any buffer between the two ends is written
+// while its replies are read: every key comes back (issue: a large
+// multi-get returned false misses when both sides blocked writing).
+func TestFetchLargeBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakePeer{size: 100}
+		c := New(Config{Addr: "peer", Dial: p.dial})
+		defer c.Close()
+		keys := make([]string, 5000)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("key%d", i)
+		}
+		vals, err := c.Fetch(time.Second, keys, "fwd.x", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			if !v.Found || !bytes.Equal(v.Data, bytes.Repeat([]byte(keys[i]), 100)) {
+				t.Fatalf("key %d: found %v, %d bytes", i, v.Found, len(v.Data))
+			}
+		}
+		c.Close()
+		p.closeAll()
+		p.served.Wait()
+	})
+}
+
+// A pooled connection the peer closed is not used: the request goes on a
+// new connection, once (a forwarded write is never sent twice).
+func TestExchangeSkipsClosedPooledConn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakePeer{}
+		c := New(Config{Addr: "peer", Dial: p.dial, MaxIdle: 2})
+		defer c.Close()
+		if _, err := c.Exchange(time.Second, []byte("set k 0 0 1"), []byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		p.closeAll() // the peer restarts
+		synctest.Wait()
+		r, err := c.Exchange(time.Second, []byte("set k 0 0 1"), []byte("b"))
+		if err != nil || string(r.Line) != "HD" {
+			t.Fatalf("exchange after the peer closed the pooled connection: %q, %v", r.Line, err)
+		}
+		if got := p.conns.Load(); got != 2 {
+			t.Errorf("connections dialled: %d, want 2", got)
+		}
+		if got := p.requests.Load(); got != 2 {
+			t.Errorf("requests the peer read: %d, want 2 (none sent twice)", got)
+		}
+		c.Close()
+		p.closeAll()
+		p.served.Wait()
+	})
+}
+
+// A stream closed before its replies were read does not go back to the
+// pool, and Close does not wait on a peer blocked writing those replies.
+func TestStreamCloseUnread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakePeer{size: 1000}
+		c := New(Config{Addr: "peer", Dial: p.dial})
+		defer c.Close()
+		st, err := c.Open(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 100 {
+			st.Send(fmt.Sprintf("k%d", i), "fwd.x", "")
+		}
+		if _, err := st.Next(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		st.Close()
+		if took := time.Since(start); took != 0 {
+			t.Errorf("Close waited %v", took)
+		}
+		if _, err := c.Fetch(time.Second, []string{"z"}, "fwd.x", ""); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.conns.Load(); got != 2 {
+			t.Errorf("connections dialled: %d, want 2 (the unread one is not reused)", got)
+		}
+		c.Close()
+		p.closeAll()
+		p.served.Wait()
+	})
+}

@@ -1,0 +1,196 @@
+package server
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// Routing on an in-process cluster (fakecluster_test.go), in synctest
+// bubbles: what the read and write paths do across nodes, with time that
+// passes only when the test waits for it.
+
+// A multi-key get at an entry node answers every key, in the client's
+// order, duplicates included, whichever node serves each; the keys it
+// does not hold go to their nodes, one batch per node.
+func TestRoutingMultiKeyOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		origin := &countingOrigin{}
+		n, nodes := startFakeCluster(t, 3, func(c *Config) { c.Origin = origin })
+		var keys []string
+		for i := range 3 {
+			keys = append(keys, ownedBy(nodes[0], nodes[i].name, fmt.Sprintf("k%d-", i), 3)...)
+		}
+		// Interleave the owners and ask for one key twice.
+		order := []string{keys[3], keys[0], keys[6], keys[4], keys[1], keys[7], keys[3], keys[8], keys[2], keys[5]}
+		c := dialPipe(t, n, nodes[0].client())
+		c.send("get " + strings.Join(order, " ") + "\r\n")
+		c.expect(originValues(order...))
+		// Six keys live elsewhere: node1's three and node2's three, the
+		// repeated one asked for twice. One origin load per distinct key.
+		if got := nodes[0].srv.counters[ctrForwarded].Load(); got != 7 {
+			t.Errorf("forwarded %d keys, want 7", got)
+		}
+		if got := origin.total.Load(); got != 9 {
+			t.Errorf("origin loads: %d, want 9", got)
+		}
+	})
+}
+
+// A node that stops answering costs a multi-key get one fetch timeout,
+// not one per key, and its keys are served from the origin meanwhile.
+func TestRoutingDeadPeer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		origin := &countingOrigin{}
+		n, nodes := startFakeCluster(t, 2, func(c *Config) { c.Origin = origin })
+		keys := ownedBy(nodes[0], nodes[1].name, "d", 8)
+		n.hang(nodes[1].peer())
+		defer n.resume(nodes[1].peer())
+		c := dialPipe(t, n, nodes[0].client())
+		start := time.Now()
+		c.send("get " + strings.Join(keys, " ") + "\r\n")
+		c.expect(originValues(keys...))
+		if took, limit := time.Since(start), nodes[0].srv.cl.fetchTimeout; took != limit {
+			t.Errorf("the get took %v; want one fetch timeout, %v", took, limit)
+		}
+		if got := nodes[0].srv.counters[ctrPeerErrors].Load(); got != 1 {
+			t.Errorf("peer errors: %d, want 1 (one batch)", got)
+		}
+	})
+}
+
+// spillRead asks node nd to serve a read of key that entry node `from`
+// routed to it (the fwd tag), as the bounded-load picker does when the
+// key's owner is busy, and returns nd's answer.
+func spillRead(t *testing.T, n *fakeNet, nd *fakeNode, from, key string) string {
+	t.Helper()
+	c := dialPipe(t, n, nd.peer())
+	c.send(fmt.Sprintf("mg %s v O%s%s\r\n", key, tagForward, strconv.FormatUint(idHash(from), 36)))
+	line := c.line()
+	if !strings.HasPrefix(line, "VA ") {
+		return line
+	}
+	return c.line()
+}
+
+// A holder that does not answer an invalidation delays a write by the
+// invalidation timeout, no more; the loss is counted, and the stale copy
+// it keeps is served until the copy TTL, never after.
+func TestRoutingInvalidationTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		origin := &countingOrigin{}
+		n, nodes := startFakeCluster(t, 2, func(c *Config) { c.Origin = origin })
+		owner, holder := nodes[0], nodes[1]
+		key := ownedBy(owner, owner.name, "h", 1)[0]
+		w := dialPipe(t, n, owner.client())
+		w.send("set " + key + " 0 0 2\r\nv1\r\n")
+		w.expect("STORED\r\n")
+		if got := spillRead(t, n, holder, owner.name, key); got != "v1" {
+			t.Fatalf("spilled read at the holder: %q", got)
+		}
+		synctest.Wait() // ristretto admits the copy on a goroutine of its own
+		if _, ok := holder.srv.cl.copies.Peek(key); !ok {
+			t.Fatal("the holder kept no copy")
+		}
+
+		n.hang(holder.peer())
+		start := time.Now()
+		w.send("set " + key + " 0 0 2\r\nv2\r\n")
+		w.expect("STORED\r\n")
+		if took := time.Since(start); took != DefaultInvalidateTimeout {
+			t.Errorf("the write waited %v; want the invalidation timeout, %v", took, DefaultInvalidateTimeout)
+		}
+		if got := owner.srv.counters[ctrLostInvalidations].Load(); got != 1 {
+			t.Errorf("lost invalidations: %d, want 1", got)
+		}
+		n.resume(holder.peer())
+
+		// The copy lives on, stale, for what is left of its TTL.
+		if got := spillRead(t, n, holder, owner.name, key); got != "v1" {
+			t.Fatalf("holder's copy before the copy TTL: %q, want the stale v1", got)
+		}
+		time.Sleep(DefaultCopyTTL - time.Since(start))
+		if got := spillRead(t, n, holder, owner.name, key); got != "v2" {
+			t.Fatalf("holder after the copy TTL: %q, want v2", got)
+		}
+	})
+}
+
+// A node that joins reads the keys it gains from their previous owners
+// for the owner grace, not from the origin; a write there acts on the
+// value it finds at the previous owner; after the grace, the origin.
+func TestRoutingOwnerGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		origin := &countingOrigin{}
+		tune := func(c *Config) { c.Origin = origin }
+		n, nodes := startFakeCluster(t, 2, tune)
+		w := dialPipe(t, n, nodes[0].client())
+		var keys []string
+		for i := range 60 {
+			k := fmt.Sprintf("g%d", i)
+			keys = append(keys, k)
+			w.send("set " + k + " 0 0 3\r\nold\r\n")
+			w.expect("STORED\r\n")
+		}
+		nodes = append(nodes, startFakeNode(t, n, "node2", tune))
+		settle(t, nodes)
+		var gained []string
+		for _, k := range keys {
+			if nodes[2].srv.cl.view.Load().ring.Owner(k) == "node2" {
+				gained = append(gained, k)
+			}
+		}
+		if len(gained) < 3 {
+			t.Fatalf("node2 gained %d of %d keys", len(gained), len(keys))
+		}
+		c := dialPipe(t, n, nodes[2].client())
+		c.send("get " + gained[0] + "\r\n")
+		c.expect("VALUE " + gained[0] + " 0 3\r\nold\r\nEND\r\n")
+		c.send("append " + gained[1] + " 0 0 1\r\n+\r\n")
+		c.expect("STORED\r\n")
+		c.send("get " + gained[1] + "\r\n")
+		c.expect("VALUE " + gained[1] + " 0 4\r\nold+\r\nEND\r\n")
+		if got := origin.total.Load(); got != 0 {
+			t.Errorf("origin loads within the grace: %d, want 0", got)
+		}
+
+		time.Sleep(DefaultOwnerGrace)
+		c.send("get " + gained[2] + "\r\n")
+		c.expect(originValues(gained[2]))
+		if got := origin.count(gained[2]); got != 1 {
+			t.Errorf("origin loads of %s after the grace: %d, want 1", gained[2], got)
+		}
+	})
+}
+
+// originValues is the reply to a get of keys that countingOrigin served.
+func originValues(keys ...string) string {
+	var b strings.Builder
+	for _, k := range keys {
+		v := "value-of-" + k
+		fmt.Fprintf(&b, "VALUE %s 0 %d\r\n%s\r\n", k, len(v), v)
+	}
+	b.WriteString("END\r\n")
+	return b.String()
+}
+
+// A get of thousands of keys owned by another node returns every one of
+// them: the entry node writes its requests to the owner while it reads
+// the replies, over a network with no buffers at all (net.Pipe), where
+// writing all before reading any would stall both nodes.
+func TestRoutingLargeMultiGet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		origin := &countingOrigin{}
+		n, nodes := startFakeCluster(t, 2, func(c *Config) { c.Origin = origin })
+		keys := ownedBy(nodes[0], nodes[1].name, "big", 3000)
+		c := dialPipe(t, n, nodes[0].client())
+		c.send("get " + strings.Join(keys, " ") + "\r\n")
+		c.expect(originValues(keys...))
+		if got := nodes[0].srv.counters[ctrPeerErrors].Load(); got != 0 {
+			t.Errorf("peer errors: %d", got)
+		}
+	})
+}
