@@ -48,6 +48,10 @@ type Reader struct {
 	long       []byte // a get line longer than br's buffer, reused
 }
 
+// keepLongLine is the largest long-line buffer a Reader keeps from one
+// request to the next.
+const keepLongLine = 64 << 10
+
 // NewReader returns a Reader reading from r with a 16 KiB buffer.
 func NewReader(r io.Reader, lim Limits) *Reader {
 	rd := &Reader{br: bufio.NewReaderSize(r, readBufSize), maxItem: lim.MaxItemSize, maxGetLine: lim.MaxGetLine}
@@ -79,6 +83,9 @@ func (r *Reader) Buffered() int { return r.br.Buffered() }
 // leave the stream positioned where memcached would continue, so the caller
 // writes the reply (Writer.Error) and reads on unless Fatal(err).
 func (r *Reader) Read(req *Request) error {
+	if cap(r.long) > keepLongLine {
+		r.long = nil // the last request is answered: do not pin its size
+	}
 	line, err := r.readLine()
 	if err != nil {
 		req.reset()

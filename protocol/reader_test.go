@@ -263,3 +263,24 @@ func TestReaderLongGet(t *testing.T) {
 		}
 	}
 }
+
+// A get line longer than keepLongLine is read whole, and its buffer is
+// not kept once the next request is read: an idle connection does not
+// hold the size of its largest request.
+func TestReaderDropsLongLineBuffer(t *testing.T) {
+	long := "get" + strings.Repeat(" key", 100_000) + "\r\n"
+	rd := NewReader(strings.NewReader(long+"get k\r\n"), Limits{MaxGetLine: 1 << 20})
+	var req Request
+	if err := rd.Read(&req); err != nil || len(req.Keys) != 100_000 {
+		t.Fatalf("long get: %v, %d keys", err, len(req.Keys))
+	}
+	if cap(rd.long) <= keepLongLine {
+		t.Fatalf("long-line buffer %d bytes, want the line in it", cap(rd.long))
+	}
+	if err := rd.Read(&req); err != nil || len(req.Keys) != 1 {
+		t.Fatalf("next get: %v, %d keys", err, len(req.Keys))
+	}
+	if c := cap(rd.long); c > keepLongLine {
+		t.Errorf("after a short request the reader keeps a %d-byte line buffer", c)
+	}
+}

@@ -206,6 +206,9 @@ func (c *countingConn) Read(p []byte) (int, error) {
 }
 
 func (c *countingConn) Write(p []byte) (int, error) {
+	if d := c.c.srv.cfg.WriteTimeout; d > 0 {
+		c.Conn.SetWriteDeadline(time.Now().Add(d))
+	}
 	n, err := c.Conn.Write(p)
 	c.written += uint64(n)
 	return n, err

@@ -194,3 +194,35 @@ func TestRoutingLargeMultiGet(t *testing.T) {
 		}
 	})
 }
+
+// noreply means no reply, also when the owner cannot be reached: a line
+// the client does not expect would be read as the answer to its next
+// request, and every later reply would be off by one.
+func TestRoutingNoreplyWithOwnerDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, nil)
+		key := ownedBy(nodes[0], nodes[1].name, "nr", 1)[0]
+		n.hang(nodes[1].peer())
+		defer n.resume(nodes[1].peer())
+		c := dialPipe(t, n, nodes[0].client())
+		for _, cmd := range []string{
+			"set %s 0 0 1 noreply\r\nx\r\n",
+			"add %s 0 0 1 noreply\r\nx\r\n",
+			"replace %s 0 0 1 noreply\r\nx\r\n",
+			"append %s 0 0 1 noreply\r\nx\r\n",
+			"prepend %s 0 0 1 noreply\r\nx\r\n",
+			"cas %s 0 0 1 1 noreply\r\nx\r\n",
+			"delete %s noreply\r\n",
+			"incr %s 1 noreply\r\n",
+			"decr %s 1 noreply\r\n",
+			"touch %s 10 noreply\r\n",
+		} {
+			req := fmt.Sprintf(cmd, key)
+			c.send(req + "version\r\n")
+			if got := c.line(); !strings.HasPrefix(got, "VERSION ") {
+				t.Errorf("%q with the owner down: the client read %q where it expects the version", req, got)
+				c.line() // resynchronise
+			}
+		}
+	})
+}

@@ -24,9 +24,10 @@ const Version = "1.6.18"
 
 // Defaults used when the corresponding Config field is zero.
 const (
-	DefaultMaxBytes    = 64 << 20
-	DefaultMaxItemSize = 1 << 20
-	DefaultMaxConns    = 1024
+	DefaultMaxBytes     = 64 << 20
+	DefaultMaxItemSize  = 1 << 20
+	DefaultMaxConns     = 1024
+	DefaultWriteTimeout = 30 * time.Second
 
 	DefaultOriginTimeout     = 2 * time.Second
 	DefaultOriginConcurrency = 64
@@ -48,6 +49,11 @@ type Config struct {
 	// IdleTimeout closes a client connection that sends nothing for this
 	// long. If zero, connections never time out.
 	IdleTimeout time.Duration
+	// WriteTimeout closes a connection, client or peer, that takes none of
+	// the bytes of its replies for this long: a client that stops reading
+	// holds its connection's memory and goroutine only this long. If zero,
+	// DefaultWriteTimeout; negative, never.
+	WriteTimeout time.Duration
 	// Logger receives structured logs. If nil, slog.Default().
 	Logger *slog.Logger
 	// Verbosity is memcached's -v level: 1 logs connection events, 2 also
@@ -83,6 +89,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -32,6 +33,7 @@ type serveFlags struct {
 	maxItemSize     int64
 	verbose         int
 	idleTimeout     time.Duration
+	writeTimeout    time.Duration
 	shutdownTimeout time.Duration
 	logFormat       string
 
@@ -67,6 +69,7 @@ func (f *serveFlags) options() []option {
 		{"I", "max-item-size", &sizeValue{p: &f.maxItemSize, unit: 1}, "largest value accepted, in bytes (or with a k/m suffix)"},
 		{"v", "verbose", &countValue{&f.verbose}, "log connections (-v) and every command (-vv)"},
 		{"", "idle-timeout", &durationValue{&f.idleTimeout}, "close client connections idle this long (0: never)"},
+		{"", "write-timeout", &durationValue{&f.writeTimeout}, "close connections that take none of their replies for this long (0: never)"},
 		{"", "shutdown-timeout", &durationValue{&f.shutdownTimeout}, "on SIGINT/SIGTERM, how long in-flight requests may take to finish"},
 		{"", "log-format", &stringValue{&f.logFormat}, "log format: text or json"},
 		{"", "name", &stringValue{&f.name}, "node ID in the cluster; stable across restarts (default HOST:GOSSIP-PORT)"},
@@ -112,6 +115,7 @@ func defaultServeFlags() serveFlags {
 		invalidate:      server.DefaultInvalidateTimeout,
 		originTimeout:   server.DefaultOriginTimeout,
 		originConc:      server.DefaultOriginConcurrency,
+		writeTimeout:    server.DefaultWriteTimeout,
 	}
 }
 
@@ -152,6 +156,7 @@ func serve(args []string, stderr io.Writer) error {
 		MaxItemSize:       int(f.maxItemSize),
 		MaxConns:          f.connLimit,
 		IdleTimeout:       f.idleTimeout,
+		WriteTimeout:      cmp.Or(f.writeTimeout, -1), // 0 on the command line: never
 		Logger:            log,
 		Verbosity:         f.verbose,
 		OriginTimeout:     f.originTimeout,
