@@ -99,7 +99,9 @@ func (c *conn) serveBinary() bool {
 		s.metrics.byCommand[cmd].Observe(time.Since(start).Seconds())
 	}
 	if req.Opcode == protocol.OpNoop {
-		// memcached sends everything up to a noop at once.
+		// memcached sends everything up to a noop at once. The counts go
+		// first, as in serve: a client that has its replies sees them.
+		c.flushStats()
 		if err := c.w.Flush(); err != nil {
 			return false
 		}
