@@ -132,35 +132,38 @@ func clientKeys(prefix string) []string {
 	return keys
 }
 
-// runClientScript runs interpreter on script (written to a file) with
-// host, port and keys as arguments, and requires it to print want.
-func runClientScript(t *testing.T, interpreter, script, ext, addr string, keys []string, want string) {
-	t.Helper()
+// testBinaryClient runs script (written to a file with extension ext)
+// with interpreter against each target, giving it host, port and the keys
+// of prefix; it must print want. probe is a script that fails when the
+// client library is missing, which debianPkgs install.
+func testBinaryClient(t *testing.T, interpreter, probe, debianPkgs, script, ext, prefix, want string) {
+	bin := requireTool(t, interpreter, debianPkgs)
+	flag := map[string]string{".php": "-r", ".rb": "-e"}[ext]
+	if out, err := exec.Command(bin, flag, probe).CombinedOutput(); err != nil {
+		missingTool(t, fmt.Sprintf("the client library (%v: %s)", err, out), debianPkgs)
+	}
 	file := filepath.Join(t.TempDir(), "client"+ext)
 	if err := os.WriteFile(file, []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	host, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command(interpreter, append([]string{file, host, port}, keys...)...).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), want) {
-		t.Fatalf("%s: %v\n%s", interpreter, err, out)
+	keys := clientKeys(prefix)
+	for _, tg := range binaryTargets(t, keys) {
+		t.Run(tg.name, func(t *testing.T) {
+			host, port, _ := net.SplitHostPort(tg.addr)
+			out, err := exec.Command(bin, append([]string{file, host, port}, keys...)...).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), want) {
+				t.Fatalf("%s: %v\n%s", interpreter, err, out)
+			}
+			checkEntryOwnsNothing(t, tg, keys)
+		})
 	}
 }
 
 // TestBinaryPHPMemcached runs php-memcached (libmemcached underneath) in
 // binary mode.
 func TestBinaryPHPMemcached(t *testing.T) {
-	php := requireTool(t, "php", "php-cli php-memcached")
-	if out, err := exec.Command(php, "-r", `exit(class_exists("Memcached") ? 0 : 1);`).CombinedOutput(); err != nil {
-		missingTool(t, fmt.Sprintf("PHP's Memcached class (%v: %s)", err, out), "php-memcached")
-	}
-	keys := clientKeys("php")
-	for _, tg := range binaryTargets(t, keys) {
-		t.Run(tg.name, func(t *testing.T) {
-			runClientScript(t, php, phpMemcachedScript, ".php", tg.addr, keys, "php-memcached ok")
-			checkEntryOwnsNothing(t, tg, keys)
-		})
-	}
+	testBinaryClient(t, "php", `exit(class_exists("Memcached") ? 0 : 1);`, "php-cli php-memcached",
+		phpMemcachedScript, ".php", "php", "php-memcached ok")
 }
 
 const phpMemcachedScript = `<?php
@@ -228,17 +231,7 @@ echo "php-memcached ok\n";
 // TestBinaryDalli runs Ruby's dalli 3.0.6, which speaks nothing but the
 // binary protocol.
 func TestBinaryDalli(t *testing.T) {
-	ruby := requireTool(t, "ruby", "ruby ruby-dalli")
-	if out, err := exec.Command(ruby, "-e", `require "dalli"`).CombinedOutput(); err != nil {
-		missingTool(t, fmt.Sprintf("the dalli gem (%v: %s)", err, out), "ruby-dalli")
-	}
-	keys := clientKeys("dalli")
-	for _, tg := range binaryTargets(t, keys) {
-		t.Run(tg.name, func(t *testing.T) {
-			runClientScript(t, ruby, dalliScript, ".rb", tg.addr, keys, "dalli ok")
-			checkEntryOwnsNothing(t, tg, keys)
-		})
-	}
+	testBinaryClient(t, "ruby", `require "dalli"`, "ruby ruby-dalli", dalliScript, ".rb", "dalli", "dalli ok")
 }
 
 const dalliScript = `

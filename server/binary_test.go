@@ -21,12 +21,7 @@ type binClient struct {
 
 func dialBinary(t testing.TB, addr string) *binClient {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return &binClient{t: t, nc: nc}
+	return &binClient{t: t, nc: dialRaw(t, addr).nc}
 }
 
 // do sends reqs and requires the replies want, compared as the
