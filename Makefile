@@ -10,14 +10,18 @@ TEST_PKGS := memcached libmemcached-tools python3-pymemcache php-cli php-memcach
 build:
 	$(GO) build -o $(BIN) ./cmd/spillway
 
-# A three-node cluster on loopback: clients on 11211-11213, gossip on
-# 7946-7948, metrics on 9101-9103. Ctrl-C stops all three gracefully.
+# A three-node cluster on loopback (cmd/localcluster): clients on
+# 11311-11313, gossip on 11411-11413, metrics on 11511-11513, peers on
+# 21311-21313, clear of a memcached on 11211 (Debian's service, which
+# `make test` installs). RUN_PORT=N moves them all (N, N+100, N+200,
+# N+10000). If a node cannot start, make run says why, stops the others and
+# fails; Ctrl-C stops the nodes one after another.
+RUN_PORT ?= 11311
+LOCALCLUSTER := bin/localcluster
+
 run: build
-	@echo "spillway: 3 nodes on 127.0.0.1:11211,127.0.0.1:11212,127.0.0.1:11213 (Ctrl-C stops them)"
-	@./$(BIN) serve --listen 127.0.0.1:11211 --gossip 127.0.0.1:7946 --name node1 --metrics 127.0.0.1:9101 & \
-	./$(BIN) serve --listen 127.0.0.1:11212 --gossip 127.0.0.1:7947 --name node2 --metrics 127.0.0.1:9102 --join 127.0.0.1:7946 & \
-	./$(BIN) serve --listen 127.0.0.1:11213 --gossip 127.0.0.1:7948 --name node3 --metrics 127.0.0.1:9103 --join 127.0.0.1:7946 & \
-	wait
+	@$(GO) build -o $(LOCALCLUSTER) ./cmd/localcluster
+	@$(LOCALCLUSTER) -bin $(BIN) -port $(RUN_PORT)
 
 vet:
 	$(GO) vet ./...
@@ -71,6 +75,7 @@ fuzz:
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzRequestRoundTrip$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzBinary$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzPick$$' ./ring/
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzRequestLines$$' ./peers/wire/
 
 clean:
 	rm -rf bin

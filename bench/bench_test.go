@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"spillway/internal/memcachedtest"
 )
 
 func TestRunAgainstFake(t *testing.T) {
@@ -180,6 +182,24 @@ func TestHashedEntryRoutesByKey(t *testing.T) {
 	if total != 1500 {
 		t.Errorf("servers saw %d requests, want 1500", total)
 	}
+	checkEntryGets(t, rep)
+}
+
+// checkEntryGets: the gets the bench counts per server add up to its gets,
+// and each is what the server itself counted (these servers forward
+// nothing, so every get they saw came from the bench).
+func checkEntryGets(t *testing.T, rep *Report) {
+	t.Helper()
+	var sum uint64
+	for i, s := range rep.Servers {
+		sum += s.EntryGets
+		if s.EntryGets != s.CmdGet {
+			t.Errorf("server %d: entry gets %d, its cmd_get %d", i, s.EntryGets, s.CmdGet)
+		}
+	}
+	if sum != uint64(rep.Gets) {
+		t.Errorf("entry gets add up to %d, the bench did %d gets", sum, rep.Gets)
+	}
 }
 
 func TestSpreadEntryUsesEveryServer(t *testing.T) {
@@ -198,6 +218,7 @@ func TestSpreadEntryUsesEveryServer(t *testing.T) {
 	if rep.Load.MaxMean < 1 || rep.Load.MaxMean > 2 {
 		t.Errorf("max/mean %v", rep.Load.MaxMean)
 	}
+	checkEntryGets(t, rep)
 }
 
 func TestTimeoutsAreCounted(t *testing.T) {
@@ -306,7 +327,7 @@ func TestCompareText(t *testing.T) {
 }
 
 func TestRunAgainstMemcached(t *testing.T) {
-	addr := startMemcached(t, "-t", "2", "-m", "64")
+	addr := memcachedtest.Start(t)
 	rep, err := Run(context.Background(), Config{
 		Servers:   []string{addr},
 		Conns:     8,

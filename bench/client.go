@@ -43,18 +43,23 @@ const maxValue = 64 << 20
 // op is one request in flight. A worker owns Pipeline of them and recycles
 // them through its free channel.
 type op struct {
-	kind  opKind
-	key   []byte        // the key's name
-	index int           // the key's index
-	start time.Duration // issued (closed loop) or scheduled (open loop), since engine.base
+	kind   opKind
+	key    []byte        // the key's name
+	index  int           // the key's index
+	server int           // the index in Config.Servers of the server it was sent to
+	start  time.Duration // issued (closed loop) or scheduled (open loop), since engine.base
 }
 
 // tally is what a worker's readers count. Guarded by worker.mu.
 type tally struct {
 	gets, sets, hits, misses int64
-	errors                   map[string]int64
-	hist                     *hdrhistogram.Histogram // nanoseconds
-	firstCorrupt             error
+	// entryGets counts the gets sent to each server (by index in
+	// Config.Servers), whatever became of them: the reads it took as
+	// entry node. Grown as needed.
+	entryGets    []int64
+	errors       map[string]int64
+	hist         *hdrhistogram.Histogram // nanoseconds
+	firstCorrupt error
 }
 
 // maxLatency is the largest latency the histogram tracks (larger values are
@@ -75,7 +80,17 @@ func (t *tally) record(d time.Duration) {
 	_ = t.hist.RecordValue(v) // in range by construction
 }
 
+func (t *tally) addEntryGets(server int, n int64) {
+	if server >= len(t.entryGets) {
+		t.entryGets = append(t.entryGets, make([]int64, server+1-len(t.entryGets))...)
+	}
+	t.entryGets[server] += n
+}
+
 func (t *tally) merge(o *tally) {
+	for i, n := range o.entryGets {
+		t.addEntryGets(i, n)
+	}
 	t.gets += o.gets
 	t.sets += o.sets
 	t.hits += o.hits
@@ -301,6 +316,9 @@ func (w *worker) record(o *op, kind string, detail error) {
 	lat := w.e.since() - o.start
 	w.mu.Lock()
 	t := w.t
+	if o.kind == opGet {
+		t.addEntryGets(o.server, 1)
+	}
 	switch kind {
 	case "", "hit", "miss":
 		t.record(lat)

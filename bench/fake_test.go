@@ -2,17 +2,13 @@ package bench
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // fakeServer is a tiny memcached (get, set, stats) on a loopback listener,
@@ -164,49 +160,4 @@ func (f *fakeServer) keysSeen() map[string]int {
 		out[k] = v
 	}
 	return out
-}
-
-// startMemcached starts /usr/bin/memcached on a free loopback port and
-// returns its address. It skips the test (loudly) if memcached is not
-// installed, unless SPILLWAY_CI is set, where that is a failure.
-func startMemcached(t testing.TB, args ...string) string {
-	t.Helper()
-	bin, err := exec.LookPath("memcached")
-	if err != nil {
-		if os.Getenv("SPILLWAY_CI") != "" {
-			t.Fatalf("memcached not installed but SPILLWAY_CI is set: %v", err)
-		}
-		t.Skipf("SKIPPING: memcached not installed (%v); install it to run this test", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	args = append([]string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-u", "root"}, args...)
-	cmd := exec.Command(bin, args...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("memcached did not listen on %s: %v", addr, errors.Join(err))
-		}
-		// Polling with a deadline: memcached needs a moment to bind.
-		timer := time.NewTimer(10 * time.Millisecond)
-		<-timer.C
-	}
 }

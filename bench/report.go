@@ -125,6 +125,9 @@ func newReport(cfg Config, res phaseResult, before, after []snapshot) *Report {
 	var total uint64
 	for i, addr := range cfg.Servers {
 		l := serverLoad(addr, before[i], after[i])
+		if i < len(t.entryGets) {
+			l.EntryGets = uint64(t.entryGets[i])
+		}
 		total += l.Requests
 		r.Servers = append(r.Servers, l)
 	}
@@ -180,7 +183,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\trequests\tshare\tcmd_get\tcmd_set\thits\tmisses\tspilled\tpeer\torigin\tcpu s\t")
+	fmt.Fprintln(tw, "server\trequests\tshare\tentry gets\tcmd_get\tcmd_set\thits\tmisses\tspilled\tpeer\torigin\tcpu s\t")
 	for _, s := range r.Servers {
 		if s.Err != "" {
 			fmt.Fprintf(tw, "%s\tstats unavailable: %s\t\n", s.Addr, s.Err)
@@ -190,8 +193,8 @@ func (r *Report) WriteText(w io.Writer) error {
 		if s.HasCPU {
 			cpu = strconv.FormatFloat(s.CPUSeconds, 'f', 2, 64)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Addr, commas(int64(s.Requests)), 100*s.Share,
-			commas(int64(s.CmdGet)), commas(int64(s.CmdSet)), commas(int64(s.GetHits)), commas(int64(s.GetMisses)),
+		fmt.Fprintf(tw, "%s\t%s\t%.1f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Addr, commas(int64(s.Requests)), 100*s.Share,
+			commas(int64(s.EntryGets)), commas(int64(s.CmdGet)), commas(int64(s.CmdSet)), commas(int64(s.GetHits)), commas(int64(s.GetMisses)),
 			commas(int64(s.SpilledServed)), commas(int64(s.PeerFetches)), commas(int64(s.OriginFetches)), cpu)
 	}
 	return tw.Flush()

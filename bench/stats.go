@@ -135,18 +135,22 @@ type ServerLoad struct {
 	Addr string `json:"addr"`
 	// Requests is the load measure compared across servers: Spillway's
 	// "served" if present, else cmd_get + cmd_set.
-	Requests      uint64  `json:"requests"`
-	Share         float64 `json:"share"` // of all servers' Requests
-	CmdGet        uint64  `json:"cmd_get"`
-	CmdSet        uint64  `json:"cmd_set"`
-	GetHits       uint64  `json:"get_hits"`
-	GetMisses     uint64  `json:"get_misses"`
-	Served        uint64  `json:"served,omitempty"`
-	Forwarded     uint64  `json:"forwarded,omitempty"`
-	SpilledServed uint64  `json:"spilled_served,omitempty"`
-	PeerFetches   uint64  `json:"peer_fetches,omitempty"`
-	OriginFetches uint64  `json:"origin_fetches,omitempty"`
-	HasCluster    bool    `json:"has_cluster"` // Spillway's "served" counter was present
+	Requests uint64  `json:"requests"`
+	Share    float64 `json:"share"` // of all servers' Requests
+	// EntryGets is the gets this bench sent to the server: the reads it
+	// received as entry node. CmdGet, the server's own count, also counts
+	// reads other nodes forwarded to it.
+	EntryGets     uint64 `json:"entry_gets"`
+	CmdGet        uint64 `json:"cmd_get"`
+	CmdSet        uint64 `json:"cmd_set"`
+	GetHits       uint64 `json:"get_hits"`
+	GetMisses     uint64 `json:"get_misses"`
+	Served        uint64 `json:"served,omitempty"`
+	Forwarded     uint64 `json:"forwarded,omitempty"`
+	SpilledServed uint64 `json:"spilled_served,omitempty"`
+	PeerFetches   uint64 `json:"peer_fetches,omitempty"`
+	OriginFetches uint64 `json:"origin_fetches,omitempty"`
+	HasCluster    bool   `json:"has_cluster"` // Spillway's "served" counter was present
 	// CPUSeconds is user+system CPU the server's process used (rusage
 	// stats). Servers sharing a process (same host and pid, e.g. an
 	// embedded cluster) each report the whole process.

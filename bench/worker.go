@@ -221,9 +221,11 @@ func (w *worker) flush() {
 func (w *worker) send(ctx context.Context, o *op) {
 	e := w.e
 	o.key = appendKey(o.key[:0], e.cfg.KeyPrefix, o.index)
-	slot := 0 // spread: the worker's one connection
+	slot := 0 // spread: the worker's one connection, to server id mod n
+	o.server = w.id % len(e.cfg.Servers)
 	if e.cfg.Entry == EntryHashed {
 		slot = pickHashed(o.key, len(w.conns))
+		o.server = slot
 	}
 	c := w.conns[slot]
 	if c == nil || c.isDead() {

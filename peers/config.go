@@ -19,6 +19,9 @@ import (
 // DefaultBindAddr is used when Config.BindAddr is empty: all interfaces.
 const DefaultBindAddr = "0.0.0.0"
 
+// DefaultJoinRetryMax is used when Config.JoinRetryMax is zero.
+const DefaultJoinRetryMax = 10 * time.Second
+
 // Profile picks the memberlist timing preset a node starts from. All nodes
 // of a cluster should use the same one.
 type Profile uint8
@@ -59,14 +62,18 @@ type Config struct {
 	AdvertisePort int
 
 	// Join lists seed nodes ("host:port"; a host without a port means
-	// BindPort). Join succeeds if any of them answers. If empty, the node
-	// runs alone until others join it.
+	// BindPort). Join tries them once; if none answers (this node's own
+	// address does not count, so every node of a cluster may share one
+	// list), the node runs alone and keeps trying them in the background,
+	// as Consul's and Serf's retry-join do, until it knows another member
+	// (one answered, or joined it), or until Leave or Shutdown. If empty,
+	// the node runs alone until others join it.
 	Join []string
 
-	// JoinRetry is how long Join keeps retrying the seeds while none
-	// answers, so that nodes started together find each other. If zero,
-	// the seeds are tried once.
-	JoinRetry time.Duration
+	// JoinRetryMax is the longest wait between two background attempts to
+	// reach the seeds: the first comes after 100ms, each later one after
+	// twice the wait before, up to this. If zero, DefaultJoinRetryMax.
+	JoinRetryMax time.Duration
 
 	// SecretKey, if set, encrypts and authenticates all gossip (AES-GCM).
 	// It must be 16, 24 or 32 bytes long and the same on every node; a
@@ -117,8 +124,8 @@ func (c *Config) setDefaults() error {
 	if c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
 		return fmt.Errorf("peers: bad port (bind %d, advertise %d)", c.BindPort, c.AdvertisePort)
 	}
-	if c.VNodes < 0 || c.JoinRetry < 0 {
-		return errors.New("peers: negative VNodes or JoinRetry")
+	if c.VNodes < 0 || c.JoinRetryMax < 0 {
+		return errors.New("peers: negative VNodes or JoinRetryMax")
 	}
 	if c.Profile > WAN {
 		return fmt.Errorf("peers: unknown profile %d", c.Profile)
@@ -131,6 +138,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.JoinRetryMax == 0 {
+		c.JoinRetryMax = DefaultJoinRetryMax
 	}
 	if c.Name == "" {
 		c.Name = defaultName(c.BindPort, c.Transport != nil)

@@ -12,8 +12,10 @@
 package peers
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -34,13 +36,20 @@ type Peers struct {
 	ml   *memberlist.Memberlist
 	ev   *events
 
+	// giveUp is closed by Leave and Shutdown: a background join (see
+	// Config.Join) stops trying the seeds. joinDone is closed when it has
+	// stopped (at once if there was none).
+	giveUp     chan struct{}
+	giveUpOnce sync.Once
+	joinDone   chan struct{}
+
 	life sync.Mutex // serialises Leave and Shutdown: memberlist panics on Leave after Shutdown
 	left bool
 	shut bool
 }
 
-// Join starts gossip, joins the cluster through cfg.Join and returns the
-// running node.
+// Join starts gossip, tries to join the cluster through cfg.Join and
+// returns the running node.
 //
 // onChange receives a new ring snapshot: once before Join returns (this
 // node plus the members the seeds told about), then whenever the ring's
@@ -49,8 +58,9 @@ type Peers struct {
 // return quickly (swap a pointer) and must not call Leave or Shutdown;
 // reading Ring or Meta from it is fine.
 //
-// Join fails if cfg is invalid or if seeds were given and none could be
-// reached within cfg.JoinRetry; reaching some of them is enough.
+// Join fails only if cfg is invalid or gossip cannot start. When no seed
+// answers, the node runs alone and keeps trying them in the background
+// (Config.Join); onChange then reports the cluster once one answers.
 func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -68,33 +78,72 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		ev.close()
 		return nil, fmt.Errorf("peers: start gossip: %w", err)
 	}
-	p := &Peers{self: cfg.Name, ml: ml, ev: ev}
+	p := &Peers{self: cfg.Name, ml: ml, ev: ev, giveUp: make(chan struct{}), joinDone: make(chan struct{})}
+	alone := false
 	if len(cfg.Join) > 0 {
-		n, err := p.join(cfg.Join, cfg.JoinRetry)
-		if err != nil {
-			_ = p.Shutdown()
-			return nil, fmt.Errorf("peers: join %v: %w", cfg.Join, err)
+		n, err := ml.Join(cfg.Join)
+		if alone = !p.joined(); alone {
+			// Info, not Warn: nodes started together miss each other at
+			// first. retryJoin warns if it lasts.
+			cfg.Logger.Info("peers: no other node answered yet; running alone and trying the seeds again in the background",
+				joinAttrs(cfg.Join, err)...)
+		} else {
+			cfg.Logger.Info("peers: joined cluster", "seeds_reached", n, "members", ml.NumMembers())
 		}
-		cfg.Logger.Info("peers: joined cluster", "self", cfg.Name, "seeds_reached", n, "members", ml.NumMembers())
 	}
 	ev.start()
+	if alone {
+		go p.retryJoin(cfg.Join, cfg.JoinRetryMax, cfg.Logger)
+	} else {
+		close(p.joinDone)
+	}
 	return p, nil
 }
 
-// join tries the seeds until one answers or retry has passed.
-func (p *Peers) join(seeds []string, retry time.Duration) (int, error) {
-	deadline := time.Now().Add(retry)
-	wait := 100 * time.Millisecond
-	for {
-		n, err := p.ml.Join(seeds)
-		if n > 0 {
-			return n, nil
+// joinAttrs are the log attributes of a join that left the node alone; err
+// is nil when only the node itself answered.
+func joinAttrs(seeds []string, err error) []any {
+	if err == nil {
+		return []any{"seeds", seeds}
+	}
+	return []any{"seeds", seeds, "err", err}
+}
+
+// joined reports whether this node knows another live member. A seed that
+// is this node itself answers a join, but leaves it alone.
+func (p *Peers) joined() bool { return p.ml.NumMembers() > 1 }
+
+// retryJoin tries the seeds after 100ms, then after twice the wait before
+// each time, up to longest, until this node knows another member or Leave or
+// Shutdown gives up. An attempt under way when they do ends by itself,
+// within memberlist's TCPTimeout.
+func (p *Peers) retryJoin(seeds []string, longest time.Duration, log *slog.Logger) {
+	defer close(p.joinDone)
+	wait := min(100*time.Millisecond, longest)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for attempt := 2; ; attempt++ {
+		select {
+		case <-p.giveUp:
+			return
+		case <-t.C:
 		}
-		if time.Now().Add(wait).After(deadline) {
-			return 0, err
+		n := 0
+		var err error
+		if !p.joined() { // a member may have joined this node meanwhile
+			n, err = p.ml.Join(seeds)
 		}
-		time.Sleep(wait)
-		wait = min(2*wait, 2*time.Second)
+		if p.joined() {
+			log.Info("peers: joined cluster", "seeds_reached", n, "members", p.ml.NumMembers(), "attempts", attempt)
+			return
+		}
+		level := slog.LevelDebug
+		if wait = min(2*wait, longest); wait == longest {
+			level = slog.LevelWarn // every longest wait from now on: the node is still alone
+		}
+		log.Log(context.Background(), level, "peers: no other node answered; running alone",
+			append(joinAttrs(seeds, err), "attempts", attempt, "retry_in", wait)...)
+		t.Reset(wait)
 	}
 }
 
@@ -138,6 +187,7 @@ func (p *Peers) Leave(timeout time.Duration) error {
 		return nil
 	}
 	p.left = true
+	p.giveUpOnce.Do(func() { close(p.giveUp) })
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
@@ -201,6 +251,7 @@ func (p *Peers) Shutdown() error {
 		return nil
 	}
 	p.shut = true
+	p.giveUpOnce.Do(func() { close(p.giveUp) })
 	err := p.ml.Shutdown()
 	p.ev.close()
 	return err

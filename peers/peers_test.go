@@ -314,6 +314,50 @@ func TestRunsAlone(t *testing.T) {
 	}
 }
 
+// TestJoinRetriesSeeds: a node none of whose seeds answers yet runs alone
+// and keeps trying them in the background, as Consul and Serf do, so nodes
+// may start in any order (issue 15: it used to give up and fail).
+func TestJoinRetriesSeeds(t *testing.T) {
+	t.Run("seed starts later", func(t *testing.T) {
+		mn := &memNet{}
+		// memNet numbers addresses in order: b gets 127.0.0.1:1, a :2.
+		b := startNode(t, mn, "b", 1, "127.0.0.1:2")
+		if got := ringString(b.p.Ring()); got != "b/1" || len(b.atJoin) != 1 {
+			t.Fatalf("b: ring %q and %d onChange calls when Join returned, want b alone and 1", got, len(b.atJoin))
+		}
+		a := startNode(t, mn, "a", 1) // a seed with no seeds of its own: only b's retries find it
+		eventually(t, "b joins a", ringsAre([]*testNode{a, b}, "a/1 b/1"))
+	})
+	t.Run("one list shared by every node", func(t *testing.T) {
+		// Each node lists all three addresses, its own included: the
+		// first one up answers its own join, which must not count as
+		// having joined anything.
+		mn := &memNet{}
+		all := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
+		var nodes []*testNode
+		for i := range 3 {
+			nodes = append(nodes, startNode(t, mn, fmt.Sprintf("n%d", i), 1, all...))
+		}
+		eventually(t, "rings converge", ringsAre(nodes, "n0/1 n1/1 n2/1"))
+	})
+	t.Run("leave gives up", func(t *testing.T) {
+		b := startNode(t, &memNet{}, "b", 1, "127.0.0.1:2")
+		select {
+		case <-b.p.joinDone:
+			t.Fatal("no background join while the seed is missing")
+		default:
+		}
+		if err := b.p.Leave(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-b.p.joinDone:
+		case <-time.After(waitTimeout):
+			t.Fatalf("the background join still runs %v after Leave", waitTimeout)
+		}
+	})
+}
+
 func TestJoinFails(t *testing.T) {
 	mn := &memNet{}
 	tests := []struct {
@@ -321,8 +365,6 @@ func TestJoinFails(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"no such seed", Config{Join: []string{"127.0.0.1:99"}}, "join"},
-		{"seed retried then given up", Config{Join: []string{"127.0.0.1:98"}, JoinRetry: 300 * time.Millisecond}, "join"},
 		{"short key", Config{SecretKey: make([]byte, 15)}, "secret key is 15 bytes"},
 		{"long key", Config{SecretKey: make([]byte, 33)}, "secret key is 33 bytes"},
 		{"negative weight", Config{Meta: Meta{Weight: -1}}, "negative weight"},

@@ -63,6 +63,10 @@ func (w *Writer) Reset(wr io.Writer) {
 // Buffered returns the number of bytes written and not yet flushed.
 func (w *Writer) Buffered() int { return w.bw.Buffered() }
 
+// Available returns how many bytes can be written before the buffer is
+// flushed to the underlying writer.
+func (w *Writer) Available() int { return w.bw.Available() }
+
 // Flush writes the buffered replies and returns the first write error.
 func (w *Writer) Flush() error { return w.bw.Flush() }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"sync"
 	"time"
 
 	"spillway/protocol"
@@ -21,47 +22,56 @@ import (
 // (protocol.Writer.BinaryReply). The binary opaque is never part of the
 // twin, so it cannot pass for a peer tag; the binary side echoes it.
 
-// binaryConn is what a connection keeps to speak the binary protocol.
-// Its buffers live as long as the connection: the twin's reply (scratch,
-// through twin), and a reader of it.
+// binaryConn is what a connection keeps to speak the binary protocol: its
+// request. The buffers a twin's reply passes through are taken for the
+// request and given back after it (twinReplies, s.writers), so that an
+// idle binary connection holds no more than a text one.
 type binaryConn struct {
-	req     protocol.BinaryRequest
-	scratch bytes.Buffer     // the twin's reply, in text
-	twin    *protocol.Writer // writes into scratch; c.w while a twin runs
-	br      *bufio.Reader    // reads scratch
-	rr      protocol.ReplyReader
+	req protocol.BinaryRequest
 }
 
-// keepScratch is the largest twin reply buffer a connection keeps between
-// requests; a larger one (a big value) is dropped after its request.
-const keepScratch = 64 << 10
+// twinReply is the buffer of a twin's text reply, and a reader of it.
+type twinReply struct {
+	text bytes.Buffer
+	br   *bufio.Reader
+	rr   protocol.ReplyReader
+}
+
+// twinReplies pools the twinReplies of the requests under way.
+var twinReplies = sync.Pool{New: func() any {
+	t := &twinReply{br: bufio.NewReaderSize(nil, 4096)}
+	t.rr.MaxValue = math.MaxInt32 // replies are this node's own: a value is as large as the store allows
+	return t
+}}
+
+// keepTwinReply is the largest twin reply buffer kept for the next
+// request; a larger one (a big value) is dropped.
+const keepTwinReply = 64 << 10
 
 // binary reports whether the connection speaks the binary protocol. The
-// first time, on a client connection, it waits for the first byte to
-// decide; the peer port speaks text only.
+// first time, on a client connection, it looks at the first byte to
+// decide. The peer port speaks text only, and so does a node whose
+// clients authenticate (as memcached with -Y, which refuses the binary
+// protocol: its authentication is SASL's, which Spillway does not have).
 func (c *conn) binary() bool {
 	if c.negotiated {
 		return c.bin != nil
 	}
 	c.negotiated = true
-	if c.peer {
+	if c.peer || c.srv.cfg.Users != nil {
 		return false
 	}
 	if ok, _ := c.r.IsBinary(); !ok {
 		return false // a read error is found again, and answered, by the text reader
 	}
-	b := &binaryConn{br: bufio.NewReaderSize(nil, 4096)}
-	b.twin = protocol.NewWriter(&b.scratch)
-	b.rr.MaxValue = math.MaxInt32 // replies are this node's own: a value is as large as the store allows
-	c.bin = b
+	c.bin = &binaryConn{}
 	return true
 }
 
 // serveBinary reads and answers one binary request, and reports whether
 // the connection goes on.
 func (c *conn) serveBinary() bool {
-	s, b := c.srv, c.bin
-	req := &b.req
+	s, req := c.srv, &c.bin.req
 	if err := c.r.ReadBinary(req); err != nil {
 		if errors.Is(err, protocol.ErrTooLarge) {
 			c.binaryTooLarge()
@@ -112,33 +122,40 @@ func (c *conn) serveBinary() bool {
 // runTwin runs c.req, the twin of the binary request, through handle, and
 // writes the binary response for its reply.
 func (c *conn) runTwin() {
-	b := c.bin
+	s, req := c.srv, &c.bin.req
+	t := twinReplies.Get().(*twinReply)
+	tw := s.writers.Get().(*protocol.Writer)
+	tw.Reset(&t.text)
 	out := c.w
-	c.w = b.twin
+	c.w = tw
 	c.handle(&c.req)
 	c.w = out
+	tw.Flush() // into t.text; cannot fail
+	tw.Reset(nil)
+	s.writers.Put(tw)
 	if c.req.Command >= protocol.CmdMetaNoop {
 		// The twin is an implementation detail: a binary client's
 		// requests are not meta commands in "stats".
 		c.local[statCmdMeta]--
 	}
-	b.twin.Flush() // into scratch; cannot fail
-	b.br.Reset(&b.scratch)
+	t.br.Reset(&t.text)
 	for {
-		line, value, err := b.rr.Read(b.br)
+		line, value, err := t.rr.Read(t.br)
 		if err == io.EOF {
 			break
 		}
 		if err != nil { // a reply this node wrote itself: cannot happen
-			c.w.BinaryReply(&b.req, []byte("SERVER_ERROR "+err.Error()), nil)
+			c.w.BinaryReply(req, []byte("SERVER_ERROR "+err.Error()), nil)
 			break
 		}
-		c.w.BinaryReply(&b.req, line, value)
+		c.w.BinaryReply(req, line, value)
 	}
-	b.scratch.Reset()
-	if b.scratch.Cap() > keepScratch {
-		b.scratch = bytes.Buffer{}
+	t.br.Reset(nil)
+	t.text.Reset()
+	if t.text.Cap() > keepTwinReply {
+		t.text = bytes.Buffer{}
 	}
+	twinReplies.Put(t)
 }
 
 // binaryTooLarge answers a set, add, replace, append or prepend whose

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -331,4 +333,28 @@ func TestBinaryClusterOddKeys(t *testing.T) {
 	c.do(vars, []bp{set(long, "v").opq(1), rq(protocol.OpGet, long).opq(2), rq(protocol.OpNoop, "").opq(3)},
 		fails(protocol.OpSet, protocol.StatusInvalid, "bad command line format").opq(1),
 		fails(protocol.OpGet, protocol.StatusKeyNotFound, txtNotFound).opq(2), rs(protocol.OpNoop, protocol.StatusOK).opq(3))
+}
+
+// TestBinaryNotWithAuth: a node whose clients authenticate speaks no
+// binary protocol, as memcached -Y (its binary authentication would be
+// SASL's): binary bytes are a text request like any other, refused until
+// the connection authenticated.
+func TestBinaryNotWithAuth(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(file, []byte("alice:wonder\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	users, err := ReadAuthFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := startServer(t, Config{Users: users})
+	noop, _ := rq(protocol.OpNoop, "").encode(nil)
+	for name, target := range map[string]string{"spillway": addr, "memcached": startMemcached(t, "-Y", file)} {
+		t.Run(name, func(t *testing.T) {
+			c := dialRaw(t, target)
+			c.send(string(noop) + "\r\n")
+			c.expect("CLIENT_ERROR unauthenticated\r\n")
+		})
+	}
 }

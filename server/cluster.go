@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -24,10 +25,13 @@ const (
 	DefaultCopyTTL           = 5 * time.Second
 	DefaultCopyMaxBytes      = 16 << 20
 	DefaultPeerTimeout       = 500 * time.Millisecond
-	DefaultPeerMaxIdle       = 64
+	DefaultPeerMaxIdle       = 16
 	DefaultOwnerGrace        = 30 * time.Second
 	DefaultInvalidateTimeout = 100 * time.Millisecond
 	DefaultFenceTTL          = 30 * time.Second
+	DefaultPeerMaxConns      = 4096
+	DefaultPeerIdleTimeout   = 5 * time.Minute
+	DefaultDrain             = 5 * time.Second
 )
 
 // ClusterConfig makes a node one of a cluster. The node joins through
@@ -52,6 +56,14 @@ type ClusterConfig struct {
 	// PeerMaxIdle is the number of idle connections kept per peer. If zero,
 	// DefaultPeerMaxIdle.
 	PeerMaxIdle int
+	// PeerMaxConns limits the connections other nodes (or anything that
+	// reaches the peer port) hold open to this node's peer port, apart
+	// from the client limit. If zero, DefaultPeerMaxConns.
+	PeerMaxConns int
+	// PeerIdleTimeout closes a peer-port connection that sends nothing for
+	// this long; the other node dials again when it needs one. If zero,
+	// DefaultPeerIdleTimeout.
+	PeerIdleTimeout time.Duration
 	// OwnerGrace is how long after a membership change a key's new owner
 	// reads a miss through from the key's previous owner before the origin,
 	// so that a join or leave does not become an origin stampede. If zero,
@@ -60,6 +72,21 @@ type ClusterConfig struct {
 	// InvalidateTimeout bounds how long a write waits for copies to be
 	// invalidated before it answers. If zero, DefaultInvalidateTimeout.
 	InvalidateTimeout time.Duration
+	// PeerSecrets, if set, authenticate every connection to and from the
+	// peer port (wire.Secrets): the first is presented, any is accepted.
+	// A connection without one is closed before any request is read.
+	PeerSecrets [][]byte
+	// PeerTLS, if set, is the TLS configuration this node dials other
+	// peer ports with (its client certificate, the CA it trusts); the
+	// peer listener given to ServePeers is then a TLS listener that asks
+	// for client certificates.
+	PeerTLS *tls.Config
+	// Drain is how long a node that shuts down keeps answering its
+	// peers after it left, so that the nodes that took its keys warm
+	// them from it rather than from the origin (Server.Shutdown). It
+	// ends sooner when peers stop asking. If zero, DefaultDrain;
+	// negative, no drain.
+	Drain time.Duration
 	// FenceTTL is how long this node counts a member that announced itself
 	// directly (a hand-off fence) before gossip told of it; a fence from a
 	// member gossip never reports lapses then. If zero, DefaultFenceTTL.
@@ -109,11 +136,20 @@ func (c *ClusterConfig) setDefaults() {
 	if c.PeerMaxIdle == 0 {
 		c.PeerMaxIdle = DefaultPeerMaxIdle
 	}
+	if c.PeerMaxConns == 0 {
+		c.PeerMaxConns = DefaultPeerMaxConns
+	}
+	if c.PeerIdleTimeout == 0 {
+		c.PeerIdleTimeout = DefaultPeerIdleTimeout
+	}
 	if c.OwnerGrace == 0 {
 		c.OwnerGrace = DefaultOwnerGrace
 	}
 	if c.InvalidateTimeout == 0 {
 		c.InvalidateTimeout = DefaultInvalidateTimeout
+	}
+	if c.Drain == 0 {
+		c.Drain = DefaultDrain
 	}
 	if c.FenceTTL == 0 {
 		c.FenceTTL = DefaultFenceTTL
@@ -140,7 +176,7 @@ type cluster struct {
 	// keys is the ownership lock (see ownership.go).
 	keys keyLocks
 
-	holders holders
+	holders *holders
 	// fetchTimeout bounds a read sent to a peer: PeerTimeout plus the
 	// origin timeout, since the peer may be loading the key.
 	fetchTimeout time.Duration
@@ -212,6 +248,9 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	cl := &cluster{cfg: cfg, srv: srv, log: srv.cfg.Logger, picker: picker, copies: copies,
+		// The registry of the copies other nodes hold of this node's
+		// keys is charged at most what this node's own copies are.
+		holders:      newHolders(cfg.CopyTTL, cfg.CopyMaxBytes),
 		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: hex.EncodeToString(b[:]),
 		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}

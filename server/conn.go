@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"spillway/peers/wire"
 	"spillway/protocol"
 )
 
@@ -20,9 +21,15 @@ var syscallEMFILE = syscall.EMFILE
 type conn struct {
 	srv *Server
 	nc  net.Conn
+	// r and w are the connection's buffers while it has requests to
+	// answer; an idle connection gives them back (awaitInput).
 	r   *protocol.Reader
 	w   *protocol.Writer
 	req protocol.Request
+	// first holds the bytes an idle connection's wait read; input hands
+	// them to r before the rest of the stream.
+	first [256]byte
+	input prefixed
 
 	// counted wraps nc to count bytes_read and bytes_written.
 	counted countingConn
@@ -41,6 +48,13 @@ type conn struct {
 	// peer is set on the peer port: requests come from other nodes and
 	// are served here, never routed on.
 	peer bool
+	// authed is set once a client connection authenticated (auth.go).
+	authed bool
+	// unauthed is set on a peer connection that has yet to authenticate.
+	unauthed bool
+	// gone is set when a write to the connection failed or Shutdown closed
+	// it: a request under way stops working for it (awaitable).
+	gone atomic.Bool
 	// negotiated is set once the first byte chose the protocol; bin is
 	// set if it chose the binary protocol (binary.go).
 	negotiated bool
@@ -58,12 +72,63 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{srv: s, nc: nc}
 	c.counted.Conn = nc
 	c.counted.c = c
-	// memcached lets a multi-key get line grow without bound; Spillway
-	// allows one as long as the largest item, so a connection's memory
-	// stays bounded.
-	c.r = protocol.NewReader(&c.counted, protocol.Limits{MaxItemSize: s.cfg.MaxItemSize, MaxGetLine: max(s.cfg.MaxItemSize, protocol.DefaultMaxGetLine)})
-	c.w = protocol.NewWriter(&c.counted)
+	c.input.r = &c.counted
 	return c
+}
+
+// newReader makes a connection's request reader. memcached lets a
+// multi-key get line grow without bound; Spillway allows one as long as
+// the largest item, so a connection's memory stays bounded.
+func (s *Server) newReader() any {
+	return protocol.NewReader(nil, protocol.Limits{MaxItemSize: s.cfg.MaxItemSize, MaxGetLine: max(s.cfg.MaxItemSize, protocol.DefaultMaxGetLine)})
+}
+
+// awaitInput waits for the next bytes from the other end with the
+// connection's buffers back in the server's pools, so that an idle
+// connection holds its goroutine and a few hundred bytes rather than
+// 80 KiB of buffers; then it takes buffers again. It reports false if the
+// connection ended instead (closed, timed out, interrupted).
+func (c *conn) awaitInput() bool {
+	c.releaseBuffers()
+	n, _ := c.counted.Read(c.first[:])
+	if n == 0 {
+		return false
+	}
+	c.input.pre = c.first[:n]
+	c.r = c.srv.readers.Get().(*protocol.Reader)
+	c.r.Reset(&c.input)
+	c.w = c.srv.writers.Get().(*protocol.Writer)
+	c.w.Reset(&c.counted)
+	return true
+}
+
+// releaseBuffers gives the connection's buffers back, if it holds them.
+func (c *conn) releaseBuffers() {
+	if c.r != nil {
+		c.r.Reset(nil)
+		c.srv.readers.Put(c.r)
+		c.r = nil
+	}
+	if c.w != nil {
+		c.w.Reset(nil)
+		c.srv.writers.Put(c.w)
+		c.w = nil
+	}
+}
+
+// prefixed reads pre, then r.
+type prefixed struct {
+	pre []byte
+	r   io.Reader
+}
+
+func (p *prefixed) Read(b []byte) (int, error) {
+	if len(p.pre) > 0 {
+		n := copy(b, p.pre)
+		p.pre = p.pre[n:]
+		return n, nil
+	}
+	return p.r.Read(b)
 }
 
 // reject answers a connection over the limit, as memcached does, and closes it.
@@ -93,7 +158,7 @@ func (c *conn) interruptIdle() {
 // false no interruption can be under way and the lock is not needed: the
 // common case costs one compare-and-swap.
 func (c *conn) busy() {
-	if !c.idle.CompareAndSwap(true, false) || !c.srv.closing.Load() {
+	if !c.idle.CompareAndSwap(true, false) || !c.srv.stopping(c.peer) {
 		return
 	}
 	c.mu.Lock()
@@ -112,6 +177,7 @@ func (c *conn) serve() {
 		}
 		c.flushStats()
 		c.nc.Close()
+		c.releaseBuffers()
 		s.trackConn(c, false)
 		if s.verbose(1) {
 			s.cfg.Logger.Info("connection closed", "remote", c.nc.RemoteAddr().String())
@@ -120,23 +186,32 @@ func (c *conn) serve() {
 	if s.verbose(1) {
 		s.cfg.Logger.Info("connection opened", "remote", c.nc.RemoteAddr().String())
 	}
+	if c.peer && len(s.cl.cfg.PeerSecrets) > 0 {
+		if err := wire.Secrets(s.cl.cfg.PeerSecrets).Challenge(c.nc, s.cl.cfg.Peers.Meta.Peer, peerAuthTimeout); err != nil {
+			s.refusedPeer(c, err)
+			return
+		}
+		s.authed(c)
+	}
 	for !c.quit {
-		if c.r.Buffered() == 0 {
+		if c.r == nil || c.r.Buffered() == 0 {
 			// The input is drained: everything the client pipelined has
 			// been answered, so send the batch in one write.
 			c.flushStats()
-			if err := c.w.Flush(); err != nil {
-				return
+			if c.w != nil {
+				if err := c.w.Flush(); err != nil {
+					return
+				}
 			}
-			// Peers keep pooled connections idle on purpose; the idle
-			// timeout is for clients.
-			if d := s.cfg.IdleTimeout; d > 0 && !c.peer {
+			// Peers keep pooled connections idle on purpose: they have
+			// an idle timeout of their own, longer than clients'.
+			if d := c.idleTimeout(); d > 0 {
 				c.nc.SetReadDeadline(time.Now().Add(d))
 			}
 			// Set idle before looking at closing: either Shutdown sees
 			// the flag and interrupts the read, or we see closing here.
 			c.idle.Store(true)
-			if s.closing.Load() {
+			if s.stopping(c.peer) || !c.awaitInput() {
 				return
 			}
 		}
@@ -147,11 +222,18 @@ func (c *conn) serve() {
 			continue
 		}
 		err := c.r.Read(&c.req)
+		if !c.authed && !c.peer && s.cfg.Users != nil && !protocol.Fatal(err) {
+			c.authenticate(err)
+			continue
+		}
 		if err != nil {
 			if !c.readFailed(err) {
 				return
 			}
 			continue
+		}
+		if c.peer {
+			s.peerRequests.Add(1)
 		}
 		if s.verbose(2) {
 			s.cfg.Logger.Debug("request", "cmd", c.req.Command.String(), "key", string(c.req.Key))
@@ -162,7 +244,19 @@ func (c *conn) serve() {
 			s.metrics.byCommand[cmd].Observe(time.Since(start).Seconds())
 		}
 	}
-	c.w.Flush()
+	if c.w != nil {
+		c.w.Flush()
+	}
+}
+
+// peerAuthTimeout bounds the authentication of a peer connection.
+const peerAuthTimeout = 5 * time.Second
+
+func (c *conn) idleTimeout() time.Duration {
+	if c.peer {
+		return c.srv.cl.cfg.PeerIdleTimeout
+	}
+	return c.srv.cfg.IdleTimeout
 }
 
 // readFailed answers a failed read and reports whether the connection can

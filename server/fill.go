@@ -129,11 +129,14 @@ func (s *Server) countMerged(shared, led bool) {
 // grace period after a membership change, then from the origin.
 func (s *Server) fillOwned(key string, v *view, now time.Time, gen uint64) readResult {
 	if prev := v.previousOwner(key, s.cl.id, now); prev != "" {
-		if pc := v.clients[prev]; pc != nil {
+		if pc, d := v.warmFrom(prev); pc != nil {
 			res, err := s.cl.read(pc, []string{key}, tagWarm, "")
 			s.counters[ctrPeerFetches].Add(1)
 			if err == nil && res[0].found {
 				return s.keepOwned(res[0], v, gen)
+			}
+			if err != nil && d != nil {
+				d.failed.Store(true) // it finished draining
 			}
 		}
 	}
@@ -155,9 +158,9 @@ func (s *Server) settleMoved(v *view, key string, needValue bool) error {
 	if prev == "" {
 		return nil
 	}
-	pc := v.clients[prev]
+	pc, d := v.warmFrom(prev)
 	if pc == nil {
-		return nil // gone from the view: nothing will warm from it
+		return nil // gone, or failed: nothing will warm from it
 	}
 	if _, ok := s.store.Peek(key); needValue && !ok {
 		gen := s.gens.current(key)
@@ -169,6 +172,12 @@ func (s *Server) settleMoved(v *view, key string, needValue bool) error {
 	}
 	if _, err := s.cl.exchange(pc, wire.DeleteLine(key, " O"+s.cl.tag(tagWarm)), nil); err != nil {
 		s.counters[ctrPeerErrors].Add(1)
+		if d != nil {
+			// A departed owner that cannot be told is never warmed from
+			// again, so the write may go on.
+			d.failed.Store(true)
+			return nil
+		}
 		return err
 	}
 	return nil

@@ -21,6 +21,13 @@ func (c *conn) handle(req *protocol.Request) {
 		return
 	}
 	if isWrite(req) {
+		// A write's reply may be written while it holds the key's
+		// ownership lock (a refusal, NOT_FOUND, EXISTS ...), and must then
+		// never wait for the client: a view change waits for that lock.
+		// Make room for it first, outside the lock.
+		if c.w.Available() < maxReplyUnderLock {
+			c.w.Flush() // an error sticks; the serve loop ends the connection
+		}
 		if !c.srv.rt.claim(c, req) {
 			return
 		}
@@ -71,6 +78,11 @@ func (c *conn) handle(req *protocol.Request) {
 		c.w.Error(protocol.ErrUnknownCommand)
 	}
 }
+
+// maxReplyUnderLock bounds the reply a write writes before it releases the
+// key's ownership lock: every such reply is one short line. (Replies that
+// carry a value, of mg and ma, are written after the lock is released.)
+const maxReplyUnderLock = 1 << 10
 
 // countForwarded counts a forwarded request in the per-command stats as if
 // it had run here, as a client of this node expects.

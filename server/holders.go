@@ -1,111 +1,272 @@
 package server
 
 import (
+	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // holders remembers which peers may hold a copy of which key, so that a
-// write can invalidate them. An entry is dropped when the write takes it or
-// when it is older than a copy can be.
+// write can invalidate them, and the write rounds under way at this owner.
+//
+// It is sharded by key, and every operation is O(1) amortised: entries
+// expire in the order they were made (every copy lives CopyTTL at most),
+// so each shard keeps them in a FIFO and drops expired ones from its head
+// as it adds. Its memory is bounded by a byte budget; when full it
+// forgets the oldest entries, whose copies then live out their TTL
+// instead of being invalidated (counted as lost invalidations).
 type holders struct {
-	mu sync.Mutex
-	m  map[string][]holder // guarded by mu
-	n  int                 // guarded by mu: entries added since the last sweep
+	shards [holderShards]holderShard
+	seed   maphash.Seed
+	ttl    time.Duration
+	// maxBytes is each shard's share of the budget.
+	maxBytes int
+	// open counts the write rounds open in every shard, read without a
+	// lock.
+	open atomic.Int64
+}
+
+const holderShards = 64
+
+// holderEntryCost is what one key's entry costs beyond its key and its
+// holders: the entry (96 bytes), its map slot and its FIFO record.
+const holderEntryCost = 160
+
+// holderCost is what one holder of a key costs (unsafe.Sizeof(holder{})).
+const holderCost = 48
+
+type holderShard struct {
+	mu    sync.Mutex
+	keys  map[string]*holderEntry
+	fifo  []*holderEntry // oldest first, from head
+	head  int
+	bytes int
+	// dead counts the FIFO's records of dropped entries: they wait to
+	// reach the head, and compact removes them before they outnumber the
+	// live ones, so the FIFO stays within a small multiple of the budget.
+	dead int
 	// rounds holds, per key, the latest write under way at this owner,
 	// closed when the write and its invalidations are over and every
 	// earlier round of the key is too. While one is open, reads of the
 	// key here wait for it (await): a reader here must not see the new
 	// value while a holder may still serve the old one, or two reads in a
 	// row could see new, then old.
-	rounds map[string]chan struct{} // guarded by mu
-	open   atomic.Int64             // len(rounds), read without mu
+	rounds map[string]chan struct{}
+	_      [64]byte // keep shards' locks on cache lines of their own
+}
+
+type holderEntry struct {
+	key   string
+	nodes []holder
+	at    time.Time // the latest registration: the entry lives until at+ttl
+	// queued is at when the entry's FIFO record was queued: an entry
+	// registered again since goes back to the tail when it comes up.
+	queued time.Time
+	gone   bool // taken by a write, or forgotten: its FIFO record is dead
 }
 
 type holder struct {
 	node uint64 // idHash of the node
 	at   time.Time
+	// reading counts the node's reads of the key under way; kept says one
+	// found the key, so the node may keep a copy. A holder whose reads
+	// all missed is dropped (done).
+	reading int
+	kept    bool
 }
 
-// maxHolderKeys bounds the registry's memory; past it entries are dropped
-// (a lost invalidation is bounded by the copy TTL anyway).
-const maxHolderKeys = 1 << 20
+// newHolders returns a registry whose entries live ttl, in about
+// maxBytes of memory.
+func newHolders(ttl time.Duration, maxBytes int64) *holders {
+	h := &holders{seed: maphash.MakeSeed(), ttl: ttl, maxBytes: max(int(maxBytes/holderShards), 4096)}
+	for i := range h.shards {
+		h.shards[i].keys = make(map[string]*holderEntry)
+		h.shards[i].rounds = make(map[string]chan struct{})
+	}
+	return h
+}
 
-// add registers node as a holder of a copy of key, from now on.
-//
-// It returns how many holders it forgot to stay within maxHolderKeys:
-// their copies live out their TTL instead of being invalidated, which the
-// caller counts as lost invalidations.
-func (h *holders) add(key string, node uint64, now time.Time, ttl time.Duration) (forgot int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.m == nil {
-		h.m = make(map[string][]holder)
+func (h *holders) shard(key string) *holderShard {
+	return &h.shards[maphash.String(h.seed, key)%holderShards]
+}
+
+// add registers node as a holder of a copy of key from now on, before
+// the node's read of key; done follows the read. forgot is how many
+// holders of other keys it forgot to stay within the budget: their copies
+// live out their TTL instead of being invalidated.
+func (h *holders) add(key string, node uint64, now time.Time) (forgot int) {
+	sh := h.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	forgot = sh.expireLocked(now, h.ttl, 0)
+	e := sh.keys[key]
+	if e == nil {
+		e = &holderEntry{key: key, queued: now}
+		sh.keys[key] = e
+		sh.fifo = append(sh.fifo, e)
+		sh.bytes += holderEntryCost + len(key)
 	}
-	hs := h.m[key]
-	for i := range hs {
-		if hs[i].node == node {
-			hs[i].at = now
-			return 0
-		}
+	e.at = now
+	if i := slices.IndexFunc(e.nodes, func(x holder) bool { return x.node == node }); i >= 0 {
+		e.nodes[i].at = now
+		e.nodes[i].reading++
+		return forgot
 	}
-	h.m[key] = append(hs, holder{node: node, at: now})
-	h.n++
-	if h.n > 4096 || len(h.m) > maxHolderKeys {
-		h.sweepLocked(now, ttl)
-	}
-	// Still full of live entries: forget some.
-	for k, hs := range h.m {
-		if len(h.m) <= maxHolderKeys {
-			break
-		}
-		forgot += len(hs)
-		delete(h.m, k)
+	e.nodes = append(e.nodes, holder{node: node, at: now, reading: 1})
+	sh.bytes += holderCost
+	if sh.bytes > h.maxBytes {
+		forgot += sh.expireLocked(now, h.ttl, sh.bytes-h.maxBytes)
 	}
 	return forgot
 }
 
-// take removes and returns the nodes that may hold a live copy of key.
-func (h *holders) take(key string, now time.Time, ttl time.Duration) []uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	hs, ok := h.m[key]
-	if !ok {
+// done follows a read that add registered: kept says the node got the key
+// and may keep a copy. A holder none of whose reads got the key is
+// dropped: only a copy that exists needs invalidating. (A write may have
+// taken the entry meanwhile; then there is nothing to do.)
+func (h *holders) done(key string, node uint64, kept bool) {
+	sh := h.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.keys[key]
+	if e == nil {
+		return
+	}
+	i := slices.IndexFunc(e.nodes, func(x holder) bool { return x.node == node })
+	if i < 0 {
+		return
+	}
+	x := &e.nodes[i]
+	x.reading = max(x.reading-1, 0)
+	x.kept = x.kept || kept
+	if x.reading > 0 || x.kept {
+		return
+	}
+	e.nodes = slices.Delete(e.nodes, i, i+1)
+	sh.bytes -= holderCost
+	if len(e.nodes) == 0 {
+		sh.dropLocked(e)
+	}
+}
+
+// take returns the nodes that may hold a live copy of key, for a write
+// to invalidate, and forgets them; but a node whose read of the key is
+// under way stays registered, as if it had just asked: that read may
+// return the value this write stored, and the node keep it, and the next
+// write must find it.
+func (h *holders) take(key string, now time.Time) []uint64 {
+	sh := h.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.keys[key]
+	if e == nil {
 		return nil
 	}
-	delete(h.m, key)
 	var out []uint64
-	for _, x := range hs {
-		if now.Sub(x.at) <= ttl {
+	reading := e.nodes[:0]
+	for _, x := range e.nodes {
+		if now.Sub(x.at) <= h.ttl {
 			out = append(out, x.node)
 		}
+		if x.reading > 0 {
+			reading = append(reading, holder{node: x.node, at: now, reading: x.reading})
+		}
 	}
+	if len(reading) == 0 {
+		sh.dropLocked(e)
+		return out
+	}
+	sh.bytes -= holderCost * (len(e.nodes) - len(reading))
+	clear(e.nodes[len(reading):])
+	e.nodes, e.at = reading, now
 	return out
+}
+
+// dropLocked removes e; its FIFO record is skipped when it comes up.
+func (sh *holderShard) dropLocked(e *holderEntry) {
+	delete(sh.keys, e.key)
+	e.gone = true
+	sh.bytes -= holderEntryCost + len(e.key) + holderCost*len(e.nodes)
+	e.nodes = nil
+	sh.dead++
+	if sh.dead > len(sh.keys)+64 {
+		sh.compactLocked()
+	}
+}
+
+// compactLocked drops the dead records from the FIFO.
+func (sh *holderShard) compactLocked() {
+	live := sh.fifo[:0]
+	for _, e := range sh.fifo[sh.head:] {
+		if !e.gone {
+			live = append(live, e)
+		}
+	}
+	clear(sh.fifo[len(live):])
+	sh.fifo, sh.head, sh.dead = live, 0, 0
+	if cap(sh.fifo) > 4*len(sh.fifo)+64 {
+		sh.fifo = slices.Clip(slices.Clone(sh.fifo)) // give a burst's array back
+	}
+}
+
+// expireLocked drops entries from the FIFO's head: dead records, expired
+// entries, and, while free is positive, live entries too (the oldest),
+// until free bytes are freed. It returns how many holders it forgot that
+// way. An entry registered again since its record was queued goes back to
+// the tail with its new time, so each entry has one record.
+func (sh *holderShard) expireLocked(now time.Time, ttl time.Duration, free int) (forgot int) {
+	for sh.head < len(sh.fifo) {
+		e := sh.fifo[sh.head]
+		switch {
+		case e.gone:
+			sh.dead--
+		case e.at.After(e.queued):
+			e.queued = e.at
+			sh.fifo = append(sh.fifo, e)
+		case now.Sub(e.at) > ttl:
+			sh.dropLocked(e)
+		case free > 0:
+			before := sh.bytes
+			forgot += len(e.nodes)
+			sh.dropLocked(e)
+			free -= before - sh.bytes
+		default:
+			return forgot
+		}
+		sh.fifo[sh.head] = nil
+		sh.head++
+		if sh.head > len(sh.fifo)/2 && sh.head > 32 {
+			n := copy(sh.fifo, sh.fifo[sh.head:])
+			clear(sh.fifo[n:])
+			sh.fifo, sh.head = sh.fifo[:n], 0
+		}
+	}
+	return forgot
 }
 
 // begin opens a write round of key: until end is called, reads of key
 // here wait (await). prev is the round before it, still open, or nil; end
 // must not be called before prev is closed (or given up on).
 func (h *holders) begin(key string) (prev <-chan struct{}, end func()) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.rounds == nil {
-		h.rounds = make(map[string]chan struct{})
-	}
-	if ch, ok := h.rounds[key]; ok {
+	sh := h.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if ch, ok := sh.rounds[key]; ok {
 		prev = ch
+	} else {
+		h.open.Add(1)
 	}
 	ch := make(chan struct{})
-	h.rounds[key] = ch
-	h.open.Store(int64(len(h.rounds)))
+	sh.rounds[key] = ch
 	return prev, func() {
-		h.mu.Lock()
-		if h.rounds[key] == ch {
-			delete(h.rounds, key)
-			h.open.Store(int64(len(h.rounds)))
+		sh.mu.Lock()
+		if sh.rounds[key] == ch {
+			delete(sh.rounds, key)
+			h.open.Add(-1)
 		}
-		h.mu.Unlock()
+		sh.mu.Unlock()
 		close(ch)
 	}
 }
@@ -116,9 +277,10 @@ func (h *holders) await(key string, timeout time.Duration) {
 	if h.open.Load() == 0 {
 		return
 	}
-	h.mu.Lock()
-	ch := h.rounds[key]
-	h.mu.Unlock()
+	sh := h.shard(key)
+	sh.mu.Lock()
+	ch := sh.rounds[key]
+	sh.mu.Unlock()
 	if ch == nil {
 		return
 	}
@@ -130,25 +292,14 @@ func (h *holders) await(key string, timeout time.Duration) {
 	}
 }
 
-func (h *holders) sweepLocked(now time.Time, ttl time.Duration) {
-	h.n = 0
-	for k, hs := range h.m {
-		live := hs[:0]
-		for _, x := range hs {
-			if now.Sub(x.at) <= ttl {
-				live = append(live, x)
-			}
-		}
-		if len(live) == 0 {
-			delete(h.m, k)
-		} else {
-			h.m[k] = live
-		}
+// stats returns the keys registered and the bytes they are charged.
+func (h *holders) stats() (keys, bytes int) {
+	for i := range h.shards {
+		sh := &h.shards[i]
+		sh.mu.Lock()
+		keys += len(sh.keys)
+		bytes += sh.bytes
+		sh.mu.Unlock()
 	}
-}
-
-func (h *holders) len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.m)
+	return keys, bytes
 }

@@ -92,6 +92,9 @@ func (c *conn) metaGet(req *protocol.Request) {
 			c.written(req.Key)
 		}
 	}
+	// The item is read or changed: the reply, which may carry a large
+	// value, is written without the key's ownership lock (handle).
+	c.unlockKey()
 	c.metaGetReply(req, it, ok, won)
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"spillway/store"
@@ -61,7 +62,10 @@ func ParseOrigin(raw string, maxItemSize int) (Origin, error) {
 
 // HTTPOrigin loads keys with an HTTP GET.
 type HTTPOrigin struct {
-	// URL has a {key} placeholder, replaced by the path-escaped key.
+	// URL has a {key} placeholder, replaced by the escaped key: in the
+	// path, as one path segment (a key that is "." or "..", or holds a
+	// control byte, is refused rather than sent); in the query, as one
+	// query value.
 	URL string
 	// MaxSize is the largest body accepted; a larger one is an error.
 	MaxSize int
@@ -74,7 +78,10 @@ type HTTPOrigin struct {
 
 // Load implements Origin.
 func (o *HTTPOrigin) Load(ctx context.Context, key string) (store.Item, error) {
-	u := strings.ReplaceAll(o.URL, "{key}", url.PathEscape(key))
+	u, err := o.url(key)
+	if err != nil {
+		return store.Item{}, err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return store.Item{}, err
@@ -119,6 +126,25 @@ func (o *HTTPOrigin) Load(ctx context.Context, key string) (store.Item, error) {
 	return it, nil
 }
 
+// url is o.URL for key: a key can name one resource only, never another
+// path or another query parameter.
+func (o *HTTPOrigin) url(key string) (string, error) {
+	if strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return "", fmt.Errorf("%w: a key with control bytes is not sent to an HTTP origin", errBadOriginKey)
+	}
+	before, after, _ := strings.Cut(o.URL, "{key}")
+	if strings.Contains(before, "?") {
+		return before + url.QueryEscape(key) + after, nil
+	}
+	if key == "." || key == ".." {
+		return "", fmt.Errorf("%w: %q would be a relative path", errBadOriginKey, key)
+	}
+	return strings.ReplaceAll(o.URL, "{key}", url.PathEscape(key)), nil
+}
+
+// errBadOriginKey is a key an origin cannot be asked for: a miss.
+var errBadOriginKey = fmt.Errorf("%w: the key cannot be asked for", ErrOriginMiss)
+
 // maxAge reads max-age (or no-store / no-cache, as 0) from Cache-Control.
 func maxAge(cc string) (time.Duration, bool) {
 	for _, d := range strings.Split(cc, ",") {
@@ -138,7 +164,9 @@ func maxAge(cc string) (time.Duration, bool) {
 
 // FileOrigin loads keys from files in one directory, one file per key, the
 // file name being the path-escaped key. Keys cannot reach outside the
-// directory: files are opened through an os.Root.
+// directory: files are opened through an os.Root. Only regular files are
+// served, and a load gives up when its context ends, so a FIFO or a hung
+// mount costs one read its timeout rather than a fill forever.
 type FileOrigin struct {
 	root    *os.Root
 	maxSize int
@@ -159,7 +187,30 @@ func (o *FileOrigin) Load(ctx context.Context, key string) (store.Item, error) {
 	if name == "." || name == ".." {
 		return store.Item{}, ErrOriginMiss
 	}
-	f, err := o.root.Open(name)
+	type result struct {
+		it  store.Item
+		err error
+	}
+	// A read blocked in the kernel (a hung mount) cannot be interrupted:
+	// the load returns when ctx ends, and the goroutine when the kernel
+	// lets it.
+	done := make(chan result, 1)
+	go func() {
+		it, err := o.read(key, name)
+		done <- result{it, err}
+	}()
+	select {
+	case r := <-done:
+		return r.it, r.err
+	case <-ctx.Done():
+		return store.Item{}, ctx.Err()
+	}
+}
+
+func (o *FileOrigin) read(key, name string) (store.Item, error) {
+	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+	// writer. It changes nothing for a regular file.
+	f, err := o.root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return store.Item{}, ErrOriginMiss
 	}
@@ -167,6 +218,11 @@ func (o *FileOrigin) Load(ctx context.Context, key string) (store.Item, error) {
 		return store.Item{}, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return store.Item{}, err
+	} else if !fi.Mode().IsRegular() {
+		return store.Item{}, fmt.Errorf("origin: %q is not a regular file", name)
+	}
 	body, err := io.ReadAll(io.LimitReader(f, int64(o.maxSize)+1))
 	if err != nil {
 		return store.Item{}, err

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -120,6 +121,60 @@ func TestFileOriginCannotEscape(t *testing.T) {
 		}
 		if err != nil || string(it.Value) != c.want {
 			t.Errorf("%q = %q, %v", c.key, it.Value, err)
+		}
+	}
+}
+
+// A key names one resource of an HTTP origin: never a parent path, never
+// another query parameter.
+func TestHTTPOriginKeyEscaping(t *testing.T) {
+	for _, tc := range []struct {
+		url, key, want string // want "" for a refused key
+	}{
+		{"http://o/items/{key}", "a/b", "http://o/items/a%2Fb"},
+		{"http://o/items/{key}", "..", ""},
+		{"http://o/items/{key}", ".", ""},
+		{"http://o/items/{key}", "...", "http://o/items/..."},
+		{"http://o/items/{key}", "a\x00b", ""},
+		{"http://o/items/{key}", "a\x7fb", ""},
+		{"http://o/items/{key}.json", "a;b=c", "http://o/items/a%3Bb=c.json"},
+		{"http://o/get?k={key}", "a&admin=1", "http://o/get?k=a%26admin%3D1"},
+		{"http://o/get?k={key}&v=2", "x+y;z", "http://o/get?k=x%2By%3Bz&v=2"},
+		{"http://o/get?k={key}", "..", "http://o/get?k=.."},
+	} {
+		o := &HTTPOrigin{URL: tc.url}
+		got, err := o.url(tc.key)
+		if tc.want == "" {
+			if err == nil || !errors.Is(err, ErrOriginMiss) {
+				t.Errorf("%s with key %q: %q, %v; want it refused as a miss", tc.url, tc.key, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s with key %q: %q, %v; want %q", tc.url, tc.key, got, err, tc.want)
+		}
+	}
+}
+
+// A file origin serves regular files only: a FIFO is refused at once, not
+// waited on for a writer.
+func TestFileOriginRegularFilesOnly(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	o, err := NewFileOrigin(dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	for _, key := range []string{"fifo", "sub"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		it, err := o.Load(ctx, key)
+		cancel()
+		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: %q, %v; want it refused at once", key, it.Value, err)
 		}
 	}
 }

@@ -159,12 +159,14 @@ func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok
 			break
 		}
 		// Register the holder before reading: a write that lands after
-		// the read then finds it and invalidates the copy.
-		if forgot := s.cl.holders.add(key, node, s.cfg.Now(), s.cl.cfg.CopyTTL); forgot > 0 {
+		// the read then finds it and invalidates the copy. A miss gives
+		// it nothing to keep: the registration goes again.
+		if forgot := s.cl.holders.add(key, node, s.cfg.Now()); forgot > 0 {
 			s.counters[ctrLostInvalidations].Add(uint64(forgot))
 			s.cfg.Logger.Warn("copy holder registry full: forgot holders, whose copies live until the copy TTL", "forgot", forgot)
 		}
 		r = s.fillForPeer(key)
+		s.cl.holders.done(key, node, r.found)
 	case tagWarm:
 		// The owned store whoever owns the key now: the store's Valid
 		// hook keeps items of a key this node lost for the owner grace.
@@ -177,7 +179,11 @@ func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok
 // tagWarm) and extra mg flags, as items.
 func (cl *cluster) read(pc *wire.Client, keys []string, kind, extra string) ([]readResult, error) {
 	now := cl.srv.cfg.Now()
-	vals, err := pc.Fetch(cl.fetchTimeout, keys, cl.tag(kind), extra)
+	timeout := cl.fetchTimeout // the peer may load the key from the origin
+	if kind == tagWarm {
+		timeout = cl.cfg.PeerTimeout // served from its store only
+	}
+	vals, err := pc.Fetch(timeout, keys, cl.tag(kind), extra)
 	if err != nil {
 		return nil, err
 	}

@@ -180,6 +180,9 @@ func (c *conn) finishRead(st *readStep, bad *unreachable) readResult {
 		s.countServed(self, owned, true)
 		return readResult{st.it, true}
 	}
+	if !c.awaitable(st.reads == nil) {
+		return readResult{} // nobody is left to read the answer
+	}
 	if st.reads != nil {
 		r, err := st.reads.next(st.key)
 		if err == nil {
@@ -197,6 +200,28 @@ func (c *conn) finishRead(st *readStep, bad *unreachable) readResult {
 	r := s.fillAvoiding(st.key, bad)
 	s.countServed(self, st.primary, true)
 	return r
+}
+
+// streamAhead is how much of a multi-key get's reply may wait in the
+// connection's buffer while the request waits for a node.
+const streamAhead = 16 << 10
+
+// awaitable is asked before a multi-key read waits (for another node, or,
+// slow, a fill here): it sends what the client can have so far, if it is
+// much or the wait may be long, and reports false once the connection is
+// gone, a write to it failed or Shutdown gave up on it, so that the rest
+// of the request does no work for a client that will never read it.
+func (c *conn) awaitable(slow bool) bool {
+	if c.gone.Load() {
+		return false
+	}
+	if n := c.w.Buffered(); n > 0 && (slow || n >= streamAhead) {
+		if err := c.w.Flush(); err != nil {
+			c.gone.Store(true)
+			return false
+		}
+	}
+	return true
 }
 
 var (
@@ -250,7 +275,15 @@ func (s *Server) flushLocal(delay time.Duration) {
 	s.rt.flushCopies(delay)
 }
 
-func (cl *cluster) flushCopies(delay time.Duration) { cl.copies.Flush(delay) }
+// flushCopies empties the copies, and stops warming keys from the owners
+// that left: they did not see this flush_all, and what they hold is
+// older than it.
+func (cl *cluster) flushCopies(delay time.Duration) {
+	cl.copies.Flush(delay)
+	for _, d := range cl.view.Load().departed {
+		d.failed.Store(true)
+	}
+}
 
 // owner returns the node that owns key in this node's view, and whether
 // that is this node.

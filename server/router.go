@@ -52,7 +52,7 @@ type router interface {
 	// included) failed.
 	flushOthers(delay int64) (failed, total int)
 	// flushCopies empties the copies this node keeps of others' keys, now
-	// or at now+delay.
+	// or at now+delay, and forgets what it could warm from elsewhere.
 	flushCopies(delay time.Duration)
 }
 

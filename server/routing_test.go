@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -224,5 +225,111 @@ func TestRoutingNoreplyWithOwnerDown(t *testing.T) {
 				c.line() // resynchronise
 			}
 		}
+	})
+}
+
+// A read-through of a key the owner does not have registers no copy
+// holder: the registry holds only copies that exist.
+func TestRoutingMissRegistersNoHolder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, nil)
+		keys := ownedBy(nodes[0], nodes[0].name, "miss", 50)
+		for _, k := range keys {
+			if got := spillRead(t, n, nodes[1], "node0", k); !strings.HasPrefix(got, "EN") {
+				t.Fatalf("spilled read of a missing key: %q", got)
+			}
+		}
+		if k, _ := nodes[0].srv.cl.holders.stats(); k != 0 {
+			t.Errorf("%d keys registered with holders after reads that all missed", k)
+		}
+	})
+}
+
+// A node that shuts down keeps answering its peers while they warm the
+// keys it owned (the drain): a rolling restart costs no origin loads for
+// the keys read meanwhile. A write at the new owner clears what the
+// leaver holds, so no later warm read brings an older value back.
+func TestRoutingDrainWarmsNewOwners(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		origin := &countingOrigin{}
+		n, nodes := startFakeCluster(t, 3, func(c *Config) { c.Origin = origin })
+		leaver := nodes[2]
+		keys := ownedBy(nodes[0], leaver.name, "dr", 20)
+		w := dialPipe(t, n, nodes[0].client())
+		for _, k := range keys {
+			w.send("set " + k + " 0 0 3\r\nold\r\n")
+			w.expect("STORED\r\n")
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- leaver.srv.Shutdown(context.Background()) }()
+		settle(t, nodes[:2])
+		// Half the keys are read, a quarter written, while it drains.
+		for i, k := range keys[:10] {
+			w.send("get " + k + "\r\n")
+			w.expect("VALUE " + k + " 0 3\r\nold\r\nEND\r\n")
+			if i%2 == 0 {
+				w.send("set " + k + " 0 0 3\r\nnew\r\n")
+				w.expect("STORED\r\n")
+			}
+		}
+		if got := origin.total.Load(); got != 0 {
+			t.Errorf("origin loads during the drain: %d, want 0", got)
+		}
+		if err := <-stopped; err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+		// Drained: the rest come from the origin, and the written keys
+		// keep their new value.
+		for i, k := range keys[:12] {
+			want := originValues(k)
+			switch {
+			case i < 10 && i%2 == 0:
+				want = "VALUE " + k + " 0 3\r\nnew\r\nEND\r\n"
+			case i < 10:
+				want = "VALUE " + k + " 0 3\r\nold\r\nEND\r\n"
+			}
+			w.send("get " + k + "\r\n")
+			w.expect(want)
+		}
+	})
+}
+
+// An acknowledged flush_all is not undone by a leaver that drains: the
+// new owners stop warming from departed owners, which the flush did not
+// reach (a review found 20 of 20 reads served the pre-flush value).
+func TestRoutingFlushAllDuringDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 3, nil)
+		leaver := nodes[2]
+		keys := ownedBy(nodes[0], leaver.name, "fl", 10)
+		w := dialPipe(t, n, nodes[0].client())
+		for _, k := range keys {
+			w.send("set " + k + " 0 0 3\r\nold\r\n")
+			w.expect("STORED\r\n")
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- leaver.srv.Shutdown(context.Background()) }()
+		settle(t, nodes[:2])
+		// Keep the drain going (as the new owners' warm reads do under load).
+		w.send("get " + keys[0] + "\r\n")
+		w.expect("VALUE " + keys[0] + " 0 3\r\nold\r\nEND\r\n")
+
+		w.send("flush_all\r\n")
+		w.expect("OK\r\n")
+		stale := 0
+		for _, k := range keys {
+			for _, nd := range nodes[:2] {
+				c := dialPipe(t, n, nd.client())
+				c.send("get " + k + "\r\n")
+				if got := c.line(); got != "END" {
+					stale++
+					t.Errorf("%s: get %s after an acknowledged flush_all: %q (want a miss)", nd.name, k, got)
+					c.line()
+					c.line()
+				}
+			}
+		}
+		t.Logf("%d of %d reads after flush_all served the pre-flush value", stale, 2*len(keys))
+		<-stopped
 	})
 }

@@ -1,19 +1,20 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
 
+	"spillway/protocol"
 	"spillway/store"
 )
 
@@ -54,6 +55,9 @@ type Config struct {
 	// holds its connection's memory and goroutine only this long. If zero,
 	// DefaultWriteTimeout; negative, never.
 	WriteTimeout time.Duration
+	// Users, if set, makes every client connection authenticate first,
+	// as memcached's -Y (auth.go): user name to password.
+	Users map[string]string
 	// Logger receives structured logs. If nil, slog.Default().
 	Logger *slog.Logger
 	// Verbosity is memcached's -v level: 1 logs connection events, 2 also
@@ -127,14 +131,32 @@ type Server struct {
 	metrics   *metrics
 
 	verbosity atomic.Int32
-	closing   atomic.Bool
+	// closing is set when Shutdown or Close stops the client port;
+	// peersClosing when it stops the peer port, which a leaving node
+	// keeps open a little longer (ClusterConfig.Drain).
+	closing, peersClosing atomic.Bool
 
 	mu        sync.Mutex
-	listeners map[net.Listener]struct{}
+	listeners map[net.Listener]bool // true: the peer port
 	conns     map[*conn]struct{}
-	// clientConns counts the client connections in conns (peers aside).
-	clientConns int
-	connWG      sync.WaitGroup
+	// clientConns and peerConns count the connections in conns of each
+	// port.
+	clientConns, peerConns int
+	// unauthed holds the peer connections that have not authenticated
+	// yet, oldest first. There are at most maxUnauthed; a new one over
+	// that ends the oldest, so a party without the secret that keeps
+	// connections open cannot lock the other nodes out: theirs
+	// authenticate in a round trip, long before they are the oldest.
+	unauthed []*conn
+	// refused and refusedLogged rate-limit the log of refused peer
+	// connections (refusedPeer).
+	refused, refusedLogged atomic.Int64
+	clientWG, peerWG       sync.WaitGroup
+	// peerRequests counts the requests read on the peer port, for drain.
+	peerRequests atomic.Uint64
+	// readers and writers are the buffers of the connections that have
+	// requests to answer (conn.awaitInput).
+	readers, writers sync.Pool
 
 	releaseOnce sync.Once
 }
@@ -148,7 +170,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:       cfg,
 		start:     cfg.Now(),
-		listeners: make(map[net.Listener]struct{}),
+		listeners: make(map[net.Listener]bool),
 		conns:     make(map[*conn]struct{}),
 	}
 	scfg := store.Config{MaxBytes: cfg.MaxBytes, Now: cfg.Now}
@@ -169,6 +191,8 @@ func New(cfg Config) (*Server, error) {
 	s.originSem = make(chan struct{}, cfg.OriginConcurrency)
 	s.metrics = newMetrics(s)
 	s.rt = local{s}
+	s.readers.New = s.newReader
+	s.writers.New = func() any { return protocol.NewWriter(nil) }
 	s.routed = cfg.Cluster != nil || cfg.Origin != nil
 	if cfg.Cluster != nil {
 		cl, err := newCluster(*cfg.Cluster, s)
@@ -219,15 +243,15 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 func (s *Server) serve(ln net.Listener, peer bool) error {
-	if !s.trackListener(ln, true) {
+	if !s.trackListener(ln, peer, true) {
 		return ErrServerClosed
 	}
-	defer s.trackListener(ln, false)
+	defer s.trackListener(ln, peer, false)
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.closing.Load() {
+			if s.stopping(peer) {
 				return ErrServerClosed
 			}
 			var ne net.Error
@@ -245,6 +269,7 @@ func (s *Server) serve(ln net.Listener, peer bool) error {
 		s.counters[ctrTotalConns].Add(1)
 		c := newConn(s, nc)
 		c.peer = peer
+		c.unauthed = peer && len(s.cl.cfg.PeerSecrets) > 0
 		if !s.trackConn(c, true) {
 			c.reject("SERVER_ERROR too many open connections")
 			continue
@@ -256,18 +281,64 @@ func (s *Server) serve(ln net.Listener, peer bool) error {
 // Addr-independent bookkeeping of listeners and connections, so Shutdown
 // can find them.
 
-func (s *Server) trackListener(ln net.Listener, add bool) bool {
+// stopping reports whether Shutdown or Close has stopped the client port,
+// or the peer port.
+func (s *Server) stopping(peer bool) bool {
+	if peer {
+		return s.peersClosing.Load()
+	}
+	return s.closing.Load()
+}
+
+func (s *Server) trackListener(ln net.Listener, peer, add bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if add {
-		if s.closing.Load() {
+		if s.stopping(peer) {
 			return false
 		}
-		s.listeners[ln] = struct{}{}
+		s.listeners[ln] = peer
 		return true
 	}
 	delete(s.listeners, ln)
 	return true
+}
+
+// refusedPeer counts a peer connection that failed to authenticate, and
+// logs it, at most once every refusedLogEvery with the count since: a
+// flood of them must not flood the log.
+func (s *Server) refusedPeer(c *conn, err error) {
+	s.counters[ctrRejectedConns].Add(1)
+	n := s.refused.Add(1)
+	now := time.Now().UnixNano()
+	last := s.refusedLogged.Load()
+	if now-last < int64(refusedLogEvery) || !s.refusedLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.refused.Add(-n)
+	s.cfg.Logger.Warn("peer connections refused: no valid secret", "count", n, "last_remote", c.nc.RemoteAddr().String(), "err", err)
+}
+
+const refusedLogEvery = 10 * time.Second
+
+// maxUnauthed bounds the peer connections that have yet to authenticate.
+const maxUnauthed = 16
+
+// authed moves c out of the unauthenticated ones, once.
+func (s *Server) authed(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.authedLocked(c)
+}
+
+func (s *Server) authedLocked(c *conn) {
+	if !c.unauthed {
+		return
+	}
+	c.unauthed = false
+	if i := slices.Index(s.unauthed, c); i >= 0 {
+		s.unauthed = slices.Delete(s.unauthed, i, i+1)
+	}
 }
 
 // trackConn registers c, refusing it when the server is closing or full.
@@ -276,93 +347,42 @@ func (s *Server) trackConn(c *conn, add bool) bool {
 	defer s.mu.Unlock()
 	if !add {
 		delete(s.conns, c)
-		if !c.peer {
+		if c.peer {
+			s.peerConns--
+			s.peerWG.Done()
+			s.authedLocked(c)
+		} else {
 			s.clientConns--
 			s.stats.currConns.Add(-1)
+			s.clientWG.Done()
 		}
-		s.connWG.Done()
 		return true
 	}
-	// Peer connections do not count against the client limit: a burst of
-	// clients must not lock the other nodes out of this one.
-	if s.closing.Load() || (!c.peer && s.clientConns >= s.cfg.MaxConns) {
+	// Peer connections have a limit of their own: a burst of clients must
+	// not lock the other nodes out of this one, nor the other way round.
+	full := !c.peer && s.clientConns >= s.cfg.MaxConns ||
+		c.peer && s.peerConns >= s.cl.cfg.PeerMaxConns && !(c.unauthed && len(s.unauthed) > 0)
+	if s.stopping(c.peer) || full {
 		s.counters[ctrRejectedConns].Add(1)
 		return false
 	}
 	s.conns[c] = struct{}{}
-	if !c.peer {
+	if c.peer {
+		s.peerConns++
+		s.peerWG.Add(1)
+		if c.unauthed {
+			if len(s.unauthed) >= maxUnauthed || s.peerConns > s.cl.cfg.PeerMaxConns {
+				s.unauthed[0].nc.Close() // its Challenge fails; it untracks itself
+				s.unauthed = s.unauthed[1:]
+			}
+			s.unauthed = append(s.unauthed, c)
+		}
+	} else {
 		s.clientConns++
 		s.stats.currConns.Add(1)
+		s.clientWG.Add(1)
 	}
-	s.connWG.Add(1)
 	return true
-}
-
-// Shutdown stops accepting connections, lets every connection finish the
-// requests it has already received, and returns when all have closed or ctx
-// is done; then it closes the remaining connections and the store.
-func (s *Server) Shutdown(ctx context.Context) error {
-	if s.cl != nil {
-		// Own nothing from now on (writes here are refused, reads go to
-		// the others), then leave, so the others route around this node
-		// while it finishes what it has.
-		s.cl.leave()
-		s.cl.peers.Leave(s.cfg.LeaveTimeout)
-	}
-	s.mu.Lock()
-	s.closing.Store(true)
-	for ln := range s.listeners {
-		ln.Close()
-	}
-	for c := range s.conns {
-		c.interruptIdle()
-	}
-	s.mu.Unlock()
-
-	done := make(chan struct{})
-	go func() { s.connWG.Wait(); close(done) }()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		s.closeConns()
-		<-done
-	}
-	s.release()
-	return err
-}
-
-// release frees what New made, once.
-func (s *Server) release() {
-	s.releaseOnce.Do(func() {
-		if s.cl != nil {
-			s.cl.close()
-		}
-		s.store.Close()
-	})
-}
-
-// Close closes every listener and connection at once and releases the store.
-func (s *Server) Close() error {
-	s.mu.Lock()
-	s.closing.Store(true)
-	for ln := range s.listeners {
-		ln.Close()
-	}
-	s.mu.Unlock()
-	s.closeConns()
-	s.connWG.Wait()
-	s.release()
-	return nil
-}
-
-func (s *Server) closeConns() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.conns {
-		c.nc.Close()
-	}
 }
 
 // logf-style helpers keep verbosity checks out of the request path.

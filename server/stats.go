@@ -51,6 +51,8 @@ const (
 const (
 	ctrTotalConns stat = numConnStats + iota
 	ctrRejectedConns
+	ctrAuthCmds   // authentication attempts (Config.Users)
+	ctrAuthErrors // failed ones
 
 	numResetStats
 )
@@ -195,8 +197,8 @@ var statLines = []statLine{
 	counterLine(statCasBadval, "cas_badval", "spillway_cas_badval_total", "Compare-and-swaps refused: the key changed."),
 	counterLine(statTouchHits, "touch_hits", "spillway_touch_hits_total", "Touches of a key held."),
 	counterLine(statTouchMisses, "touch_misses", "spillway_touch_misses_total", "Touches of a missing key."),
-	infoLine("auth_cmds", zero),
-	infoLine("auth_errors", zero),
+	counterLine(ctrAuthCmds, "auth_cmds", "spillway_auth_cmds_total", "Client authentication attempts."),
+	counterLine(ctrAuthErrors, "auth_errors", "spillway_auth_errors_total", "Failed client authentication attempts."),
 	counterLine(statBytesRead, "bytes_read", "spillway_bytes_read_total", "Bytes read from client connections."),
 	counterLine(statBytesWritten, "bytes_written", "spillway_bytes_written_total", "Bytes written to client connections."),
 	infoLine("limit_maxbytes", func(v *statsView) uint64 { return uint64(v.s.cfg.MaxBytes) }),

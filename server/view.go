@@ -2,6 +2,7 @@ package server
 
 import (
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"spillway/peers"
@@ -34,6 +35,29 @@ type view struct {
 	base  *ring.Ring
 	until time.Time
 	done  chan struct{}
+	// departed holds the owners in base that left the ring: their keys
+	// are warmed from them too, while they drain (Server.Shutdown).
+	departed map[string]*departed
+}
+
+// departed is a previous owner that left. Once it fails to answer, this
+// node never warms from it again: a write here that could not clear the
+// key there must not be undone by a later warm read of the old value.
+type departed struct {
+	pc     *wire.Client
+	failed atomic.Bool
+}
+
+// warmFrom returns the client to warm keys from their previous owner id:
+// a member, or a departed owner that has not failed.
+func (v *view) warmFrom(id string) (*wire.Client, *departed) {
+	if pc := v.clients[id]; pc != nil {
+		return pc, nil
+	}
+	if d := v.departed[id]; d != nil && !d.failed.Load() {
+		return d.pc, d
+	}
+	return nil, nil
 }
 
 // onChange hands a ring learned from gossip to the applier. memberlist
@@ -212,7 +236,8 @@ func (cl *cluster) installLocked() {
 	if cl.hist.Load() != nil && sameMembers(old.ring, r) && !restarted {
 		return
 	}
-	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string), done: make(chan struct{})}
+	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string),
+		departed: make(map[string]*departed), done: make(chan struct{})}
 	for _, n := range r.Nodes() {
 		nv.byHash[idHash(n.ID)] = n.ID
 		if n.ID == cl.id {
@@ -237,6 +262,16 @@ func (cl *cluster) installLocked() {
 	}
 	if nv.base != nil {
 		nv.until = now.Add(cl.cfg.OwnerGrace)
+		for _, n := range nv.base.Nodes() {
+			if n.ID == cl.id || r.Has(n.ID) {
+				continue
+			}
+			if d := old.departed[n.ID]; d != nil {
+				nv.departed[n.ID] = d
+			} else if pc := old.clients[n.ID]; pc != nil {
+				nv.departed[n.ID] = &departed{pc: pc}
+			}
+		}
 	}
 
 	cl.keys.lockAll()
@@ -247,8 +282,13 @@ func (cl *cluster) installLocked() {
 	cl.dropCopies()
 
 	for id, pc := range old.clients {
-		if nv.clients[id] != pc {
+		if d := nv.departed[id]; nv.clients[id] != pc && (d == nil || d.pc != pc) {
 			pc.Close()
+		}
+	}
+	for id, d := range old.departed {
+		if nv.departed[id] != d {
+			d.pc.Close()
 		}
 	}
 	if cl.leaving || nv.base == nil || !gains(nv.base, r, cl.id) {
@@ -343,5 +383,6 @@ func (cl *cluster) valid(key string, seq uint64) bool {
 
 // dial returns a client of the peer port at addr.
 func (cl *cluster) dial(addr string) *wire.Client {
-	return wire.New(wire.Config{Addr: addr, Dial: cl.cfg.dial, MaxIdle: cl.cfg.PeerMaxIdle, MaxValue: cl.srv.cfg.MaxItemSize})
+	return wire.New(wire.Config{Addr: addr, Dial: cl.cfg.dial, MaxIdle: cl.cfg.PeerMaxIdle, MaxValue: cl.srv.cfg.MaxItemSize,
+		TLS: cl.cfg.PeerTLS, Secrets: cl.cfg.PeerSecrets})
 }

@@ -239,7 +239,7 @@ func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool) 
 func (s *Server) invalidate(key string, prev <-chan struct{}) {
 	s.dropCopy(key)
 	now := s.cfg.Now()
-	nodes := s.cl.holders.take(key, now, s.cl.cfg.CopyTTL)
+	nodes := s.cl.holders.take(key, now)
 	if len(nodes) == 0 && prev == nil {
 		return
 	}

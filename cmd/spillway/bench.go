@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/signal"
@@ -110,8 +112,8 @@ spill-order, nodes, entry) runs on a fresh embedded cluster.`
 func benchCmd(args []string, stdout, stderr io.Writer) error {
 	f := defaultBenchFlags()
 	// Variants follow the flags; the flag package stops at the first one.
-	fs, variants := splitVariants(args)
-	if err := parseOptions("bench", benchSynopsis, f.options(), fs, stderr); err != nil {
+	flagArgs, variants := splitVariants(args)
+	if _, err := parseOptions("bench", benchSynopsis, f.options(), flagArgs, stdout); err != nil {
 		return err
 	}
 	cfg, err := f.config()
@@ -158,21 +160,84 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("unexpected argument %q (variants need --compare or --simulate)", variants[0])
 	}
 
+	if f.local == 0 && f.servers == "" {
+		return errors.New("give --servers HOST:PORT,... or --local N")
+	}
+	// A report file that cannot be written fails now, not after the run.
+	jsonOut, err := openReport("--json", f.jsonOut)
+	if err != nil {
+		return err
+	}
+	htmlOut, err := openReport("--html", f.htmlOut)
+	if err != nil {
+		jsonOut.discard()
+		return err
+	}
 	var rep *bench.Report
 	if f.local > 0 {
 		rep, err = runLocal(ctx, f, cfg, stderr)
 	} else {
-		if f.servers == "" {
-			return errors.New("give --servers HOST:PORT,... or --local N")
-		}
 		rep, err = bench.Run(ctx, cfg)
 	}
-	if rep != nil {
-		if werr := writeReport(stdout, f, rep); werr != nil && err == nil {
-			err = werr
+	if rep == nil {
+		jsonOut.discard()
+		htmlOut.discard()
+		return err
+	}
+	werr := rep.WriteText(stdout)
+	for _, out := range []struct {
+		file  *reportFile
+		write func(io.Writer) error
+	}{{jsonOut, rep.WriteJSON}, {htmlOut, rep.WriteHTML}} {
+		if e := out.file.write(out.write); werr == nil {
+			werr = e
 		}
 	}
-	return err
+	return cmp.Or(err, werr)
+}
+
+// reportFile is a --json or --html file, opened before the run. Its zero
+// value (nil) is no file.
+type reportFile struct {
+	f       *os.File
+	created bool // it did not exist before: discard removes it
+}
+
+// openReport opens path for writing (nil if path is empty), keeping what
+// it holds until write.
+func openReport(flagName, path string) (*reportFile, error) {
+	if path == "" {
+		return nil, nil
+	}
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flagName, err)
+	}
+	return &reportFile{f: f, created: errors.Is(statErr, fs.ErrNotExist)}, nil
+}
+
+// write replaces the file's contents with what fn writes, and closes it.
+func (r *reportFile) write(fn func(io.Writer) error) error {
+	if r == nil {
+		return nil
+	}
+	err := r.f.Truncate(0)
+	if err == nil {
+		err = fn(r.f)
+	}
+	return errors.Join(err, r.f.Close())
+}
+
+// discard closes the file, and removes it if the run created it.
+func (r *reportFile) discard() {
+	if r == nil {
+		return
+	}
+	r.f.Close()
+	if r.created {
+		os.Remove(r.f.Name())
+	}
 }
 
 // splitVariants separates the flags from the VARIANT arguments (words
@@ -258,30 +323,6 @@ func (f *benchFlags) variant(spec string, cfg bench.Config) (benchFlags, bench.C
 		return v, cfg, fmt.Errorf("variant %q: epsilon must be positive or inf", spec)
 	}
 	return v, cfg, nil
-}
-
-func writeReport(stdout io.Writer, f benchFlags, rep *bench.Report) error {
-	if err := rep.WriteText(stdout); err != nil {
-		return err
-	}
-	write := func(path string, fn func(io.Writer) error) error {
-		if path == "" {
-			return nil
-		}
-		out, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := fn(out); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	}
-	if err := write(f.jsonOut, rep.WriteJSON); err != nil {
-		return err
-	}
-	return write(f.htmlOut, rep.WriteHTML)
 }
 
 // simulate runs the workload through the ring alone, once per variant

@@ -34,33 +34,94 @@ func envPrefix(name string) string {
 }
 
 // parseOptions reads the environment first and the command line second,
-// so that a flag overrides its variable.
-func parseOptions(name, synopsis string, opts []option, args []string, stderr io.Writer) error {
+// so that a flag overrides its variable. -h and --help print the usage to
+// stdout and return flag.ErrHelp. The result names each option that was
+// given, by its long name, as the user gave it ("--join" or
+// "$SPILLWAY_JOIN"), for checks that need to know.
+func parseOptions(name, synopsis string, opts []option, args []string, stdout io.Writer) (map[string]string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	prefix := envPrefix(name)
+	given := make(map[string]string)
+	var bad error // the first value a flag refused, named as the user would
 	for _, o := range opts {
 		if v, ok := os.LookupEnv(o.env(prefix)); ok {
 			if err := o.value.Set(v); err != nil {
-				return fmt.Errorf("%s=%q: %v", o.env(prefix), v, err)
+				return nil, fmt.Errorf("$%s=%q: %v", o.env(prefix), v, err)
 			}
+			given[o.long] = "$" + o.env(prefix)
 		}
-		fs.Var(o.value, o.long, o.usage)
-		if o.short != "" {
-			fs.Var(o.value, o.short, o.usage)
+		for _, n := range []string{o.long, o.short} {
+			if n != "" {
+				fs.Var(&namedValue{o.value, dashed(n), o.long, given, &bad}, n, o.usage)
+			}
 		}
 	}
 	fs.Usage = func() {} // printed below for -h only, not for every mistake
 	if err := fs.Parse(expandRepeats(args)); err != nil {
-		if err == flag.ErrHelp {
-			printUsage(stderr, synopsis, prefix, opts)
+		switch {
+		case err == flag.ErrHelp:
+			printUsage(stdout, synopsis, prefix, opts)
+		case bad != nil:
+			err = bad
+		default:
+			err = flagError(err, name)
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return given, nil
+}
+
+// namedValue is an option's value as one of its names registers it, so
+// that a refused value is reported under the name the user knows
+// ("--epsilon", not the flag package's "-epsilon"), and a value that was
+// set is recorded in given.
+type namedValue struct {
+	flag.Value
+	name, long string
+	given      map[string]string
+	bad        *error
+}
+
+func (v *namedValue) Set(s string) error {
+	if err := v.Value.Set(s); err != nil {
+		if *v.bad == nil {
+			*v.bad = fmt.Errorf("%s %q: %v", v.name, s, err)
 		}
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
+	v.given[v.long] = v.name
 	return nil
+}
+
+func (v *namedValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// dashed is how a flag is written: -m for a short name, --memory-limit for
+// a long one.
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// flagError rewrites the flag package's own messages, which write every
+// flag with one dash.
+func flagError(err error, cmd string) error {
+	msg := err.Error()
+	if n, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return fmt.Errorf("unknown flag %s (spillway %s --help lists them)", dashed(n), cmd)
+	}
+	if n, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return fmt.Errorf("%s needs a value", dashed(n))
+	}
+	return err
 }
 
 // expandRepeats turns memcached's "-vv" into "-v -v", which the flag

@@ -60,11 +60,12 @@ func startLocal(n int, f benchFlags, log *slog.Logger) (*localCluster, error) {
 			lc.close()
 			return nil, err
 		}
+		name := fmt.Sprintf("node%d", i)
 		pc := peers.Config{
-			Name:     fmt.Sprintf("node%d", i),
+			Name:     name,
 			BindAddr: "127.0.0.1",
 			Profile:  peers.Local,
-			Logger:   log,
+			Logger:   log.With("self", name),
 			Meta:     peers.Meta{Client: ln.Addr().String(), Peer: pln.Addr().String(), Weight: 1},
 		}
 		if seed != "" {
@@ -72,7 +73,7 @@ func startLocal(n int, f benchFlags, log *slog.Logger) (*localCluster, error) {
 		}
 		srv, err := server.New(server.Config{
 			MaxBytes: f.localMemory,
-			Logger:   log,
+			Logger:   pc.Logger,
 			Origin:   origin,
 			Cluster: &server.ClusterConfig{
 				Peers:   pc,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"spillway/server"
 )
@@ -33,7 +34,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "serve":
-		err = serve(args[1:], stderr)
+		err = serve(args[1:], stdout, stderr)
 	case "bench":
 		err = benchCmd(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
@@ -58,7 +59,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	default:
-		fmt.Fprintf(stderr, "spillway %s: %v\n", args[0], err)
+		prefix := "spillway " + args[0]
+		var ne *nodeError
+		if errors.As(err, &ne) {
+			prefix += " (" + ne.node + ")"
+		}
+		// The bench package names itself in its errors, as Go packages
+		// do; here the prefix already says it.
+		fmt.Fprintf(stderr, "%s: %s\n", prefix, strings.TrimPrefix(err.Error(), args[0]+": "))
 		return 1
 	}
 }

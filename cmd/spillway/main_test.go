@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -17,27 +20,28 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"go.uber.org/goleak"
+
+	"spillway/internal/buildtest"
 )
 
 func TestHelpListsEveryFlag(t *testing.T) {
-	var out bytes.Buffer
-	f := defaultServeFlags()
-	if code := run([]string{"serve", "--help"}, &out, &out); code != 0 {
-		t.Fatalf("serve --help exit %d", code)
-	}
-	for _, o := range f.options() {
-		if !strings.Contains(out.String(), "--"+o.long) || !strings.Contains(out.String(), o.env("SPILLWAY_")) {
-			t.Errorf("serve --help lacks --%s or $%s", o.long, o.env("SPILLWAY_"))
+	for _, c := range []struct {
+		cmd    string
+		prefix string
+		opts   []option
+	}{
+		{"serve", "SPILLWAY_", func() []option { f := defaultServeFlags(); return f.options() }()},
+		{"bench", "SPILLWAY_BENCH_", func() []option { f := defaultBenchFlags(); return f.options() }()},
+	} {
+		// Help is asked for, so it goes to stdout (`spillway serve --help | less`).
+		var out, errOut bytes.Buffer
+		if code := run([]string{c.cmd, "--help"}, &out, &errOut); code != 0 || errOut.Len() > 0 {
+			t.Fatalf("%s --help: exit %d, stderr %q", c.cmd, code, errOut.String())
 		}
-	}
-	out.Reset()
-	b := defaultBenchFlags()
-	if code := run([]string{"bench", "--help"}, &out, &out); code != 0 {
-		t.Fatalf("bench --help exit %d", code)
-	}
-	for _, o := range b.options() {
-		if !strings.Contains(out.String(), "--"+o.long) || !strings.Contains(out.String(), o.env("SPILLWAY_BENCH_")) {
-			t.Errorf("bench --help lacks --%s or its variable", o.long)
+		for _, o := range c.opts {
+			if !strings.Contains(out.String(), "--"+o.long) || !strings.Contains(out.String(), o.env(c.prefix)) {
+				t.Errorf("%s --help lacks --%s or $%s", c.cmd, o.long, o.env(c.prefix))
+			}
 		}
 	}
 }
@@ -59,7 +63,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	t.Setenv("SPILLWAY_MEMORY_LIMIT", "128")
 	t.Setenv("SPILLWAY_PORT", "22122")
 	f := defaultServeFlags()
-	err := parseOptions("serve", "", f.options(), []string{"-m", "32", "-I", "2m", "-c", "10", "-vv", "--idle-timeout", "1m"}, &bytes.Buffer{})
+	_, err := parseOptions("serve", "", f.options(), []string{"-m", "32", "-I", "2m", "-c", "10", "-vv", "--idle-timeout", "1m"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +88,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 	for _, bad := range [][]string{{"-m", "lots"}, {"--port", "-1"}, {"--nope"}, {"extra"}} {
 		f := defaultServeFlags()
-		if err := parseOptions("serve", "", f.options(), bad, &bytes.Buffer{}); err == nil {
+		if _, err := parseOptions("serve", "", f.options(), bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
@@ -119,6 +123,11 @@ func freePort(t *testing.T, network string) int {
 	return 0
 }
 
+// freeGossip is a loopback address free for gossip (TCP and UDP).
+func freeGossip(t *testing.T) string {
+	return "127.0.0.1:" + strconv.Itoa(freePort(t, "udp"))
+}
+
 // roundRobin is the ServerSelector README recommends: every request to the
 // next node, so a hot key's reads spread over the cluster.
 type roundRobin struct {
@@ -139,64 +148,92 @@ func (r *roundRobin) Each(f func(net.Addr) error) error {
 	return nil
 }
 
+// node is a "spillway serve" process.
+type node struct {
+	cmd    *exec.Cmd
+	log    bytes.Buffer // read it only once the process has exited
+	client string
+	gossip string
+	exited chan struct{}
+	err    error // the exit, once exited is closed
+}
+
+// startNode starts "spillway serve" on free loopback ports (gossip on
+// gossip unless that is empty) with args; the test's end kills it if it
+// still runs.
+func startNode(t *testing.T, name, gossip string, args ...string) *node {
+	t.Helper()
+	bin, err := buildtest.Binary(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{
+		client: "127.0.0.1:" + strconv.Itoa(freePort(t, "tcp")),
+		gossip: cmp.Or(gossip, freeGossip(t)),
+		exited: make(chan struct{}),
+	}
+	args = append([]string{"serve", "--listen", n.client, "--gossip", n.gossip,
+		"--peer-listen", "127.0.0.1:0", "--name", name, "-m", "16"}, args...)
+	n.cmd = exec.Command(bin, args...)
+	n.cmd.Stderr = &n.log
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		n.err = n.cmd.Wait()
+		close(n.exited)
+	}()
+	t.Cleanup(func() {
+		n.cmd.Process.Kill()
+		<-n.exited
+	})
+	return n
+}
+
+// stop sends SIGTERM and returns the exit error and the log.
+func (n *node) stop() (error, string) {
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	<-n.exited
+	return n.err, n.log.String()
+}
+
+// waitNodes waits until every node reports want members, and fails with
+// their logs if that takes 30s.
+func waitNodes(t *testing.T, want int, nodes ...*node) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range nodes {
+		for clusterNodes(n.client) != want {
+			if time.Now().After(deadline) {
+				for _, n := range nodes {
+					n.cmd.Process.Kill()
+					<-n.exited
+					t.Logf("%s log:\n%s", n.client, n.log.String())
+				}
+				t.Fatalf("%s never saw %d nodes", n.client, want)
+			}
+			time.Sleep(20 * time.Millisecond) // polls a process; no event to wait for
+		}
+	}
+}
+
 // TestThreeProcesses runs three "spillway serve" processes joined by gossip
 // and drives them with gomemcache.
 func TestThreeProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts processes")
 	}
-	bin := filepath.Join(t.TempDir(), "spillway")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	var nodes []*node
 	var addrs []string
-	var procs []*exec.Cmd
-	var logs []*bytes.Buffer
-	seed := ""
 	for i := range 3 {
-		client := freePort(t, "tcp")
-		gossip := freePort(t, "udp")
-		addr := "127.0.0.1:" + strconv.Itoa(client)
-		args := []string{"serve", "--listen", addr, "--gossip", "127.0.0.1:" + strconv.Itoa(gossip),
-			"--peer-listen", "127.0.0.1:0", "--name", fmt.Sprintf("p%d", i), "-m", "16"}
-		if seed != "" {
-			args = append(args, "--join", seed)
-		} else {
-			seed = "127.0.0.1:" + strconv.Itoa(gossip)
+		var join []string
+		if i > 0 {
+			join = []string{"--join", nodes[0].gossip}
 		}
-		cmd := exec.Command(bin, args...)
-		var log bytes.Buffer
-		cmd.Stderr = &log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		procs = append(procs, cmd)
-		logs = append(logs, &log)
-		addrs = append(addrs, addr)
+		nodes = append(nodes, startNode(t, fmt.Sprintf("p%d", i), "", join...))
+		addrs = append(addrs, nodes[i].client)
 	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			for _, p := range procs {
-				p.Process.Kill()
-				p.Wait()
-			}
-		}
-	})
-	// Wait until every node reports three members.
-	deadline := time.Now().Add(30 * time.Second)
-	for _, a := range addrs {
-		for clusterNodes(a) != 3 {
-			if time.Now().After(deadline) {
-				for i, l := range logs {
-					t.Logf("node %d log:\n%s", i, l)
-				}
-				t.Fatalf("%s never saw 3 nodes", a)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	waitNodes(t, 3, nodes...)
 
 	rr := &roundRobin{}
 	for _, a := range addrs {
@@ -223,12 +260,37 @@ func TestThreeProcesses(t *testing.T) {
 		mc.Close()
 	}
 
-	// SIGTERM: each node leaves the cluster and exits 0.
-	stopped = true
-	for i, p := range procs {
-		p.Process.Signal(syscall.SIGTERM)
-		if err := p.Wait(); err != nil {
-			t.Errorf("node %d exit: %v\n%s", i, err, logs[i])
+	// SIGTERM: each node leaves the cluster and exits 0, and every line it
+	// logs names it (they may share one terminal, as in make run).
+	for i, n := range nodes {
+		err, log := n.stop()
+		if err != nil {
+			t.Errorf("node %d exit: %v\n%s", i, err, log)
+		}
+		self := fmt.Sprintf(" self=p%d", i)
+		for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+			if !strings.Contains(line, self) {
+				t.Errorf("node %d logged a line without%s: %s", i, self, line)
+			}
+		}
+	}
+}
+
+// TestJoinBeforeSeed: a node whose --join seed is not up yet serves alone
+// and joins the seed when it comes (issue 15: it exited after 10s), and a
+// node may list its own address, so that all can share one --join.
+func TestJoinBeforeSeed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts processes")
+	}
+	seed := freeGossip(t)
+	b := startNode(t, "b", "", "--join", seed)
+	waitNodes(t, 1, b) // it answers clients alone
+	a := startNode(t, "a", seed, "--join", seed+","+b.gossip)
+	waitNodes(t, 2, a, b)
+	for _, n := range []*node{a, b} {
+		if err, log := n.stop(); err != nil {
+			t.Errorf("%s: %v\n%s", n.client, err, log)
 		}
 	}
 }
@@ -257,5 +319,112 @@ func clusterNodes(addr string) int {
 }
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	buildtest.Cleanup()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// The peer port listens where the other nodes are told to reach it, never
+// on every interface unless --peer-listen says so.
+func TestPeerAddr(t *testing.T) {
+	for _, tc := range []struct {
+		client, advertise, peerListen string
+		want                          string // "" for an error
+	}{
+		{client: "127.0.0.1:11211", want: "127.0.0.1:21211"},
+		{client: "10.0.0.7:11211", advertise: "10.0.0.7", want: "10.0.0.7:21211"},
+		{client: "0.0.0.0:11211", want: ""},
+		{client: "0.0.0.0:11211", advertise: "10.1.2.3", want: "10.1.2.3:21211"},
+		{client: "[::]:11211", advertise: "10.1.2.3:7946", want: "10.1.2.3:21211"},
+		{client: "0.0.0.0:11211", peerListen: "0.0.0.0:21000", want: "0.0.0.0:21000"},
+		{client: "127.0.0.1:60000", want: "127.0.0.1:0"},
+	} {
+		f := serveFlags{advertise: tc.advertise, peerListen: tc.peerListen}
+		addr, err := net.ResolveTCPAddr("tcp", tc.client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := f.peerAddr(addr)
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("%+v: peer port on %s, want an error", tc, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%+v: %q, %v; want %q", tc, got, err, tc.want)
+		}
+	}
+}
+
+// TestBenchEntryGets: on a cluster, each node's cmd_get also counts the
+// reads other nodes forwarded to it; the bench's entry gets count only
+// what the bench sent it, and add up to the bench's gets (issue 15).
+func TestBenchEntryGets(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "report.json")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"bench", "--local", "3", "--requests", "3000", "--keys", "300", "--conns", "6", "--json", out}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Gets    int64
+		Servers []struct {
+			EntryGets uint64 `json:"entry_gets"`
+			CmdGet    uint64 `json:"cmd_get"`
+		}
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var entry, cmdGet uint64
+	for _, s := range rep.Servers {
+		entry += s.EntryGets
+		cmdGet += s.CmdGet
+	}
+	if entry != uint64(rep.Gets) || cmdGet <= entry {
+		t.Errorf("gets %d, entry gets %d, cmd_get %d: want entry gets = gets < cmd_get", rep.Gets, entry, cmdGet)
+	}
+	if !strings.Contains(stdout.String(), "entry gets") {
+		t.Errorf("no entry gets column:\n%s", stdout.String())
+	}
+}
+
+// TestREADMEFlags: README's tables list every flag of serve and bench,
+// with the words of its --help (README may say more, and gives a default
+// the help puts in its words in the default column).
+func TestREADMEFlags(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, bf := defaultServeFlags(), defaultBenchFlags()
+	for _, o := range append(sf.options(), bf.options()...) {
+		var help bytes.Buffer
+		printUsage(&help, "", "", []option{o})
+		// "  -l, --listen VALUE\n      usage (default ...) [$VAR]"
+		lines := strings.Split(help.String(), "\n")
+		names := strings.TrimSpace(lines[len(lines)-3])
+		usage, _, _ := strings.Cut(o.usage, " (default: ")
+		row := "| `" + names + "` | " + usage
+		i := bytes.Index(readme, []byte(row))
+		if i < 0 {
+			t.Errorf("README lacks a row beginning %q", row)
+			continue
+		}
+		line, _, _ := bytes.Cut(readme[i:], []byte("\n"))
+		cells := strings.Split(string(line), " | ")
+		if d := o.value.String(); d != "" && d != "0" && d != "false" && cells[len(cells)-2] != "`"+d+"`" {
+			t.Errorf("README's default of %s is %s; --help's %s", names, cells[len(cells)-2], d)
+		}
+	}
 }

@@ -36,6 +36,10 @@ type serveFlags struct {
 	writeTimeout    time.Duration
 	shutdownTimeout time.Duration
 	logFormat       string
+	authFile        string
+	tlsCert         string
+	tlsKey          string
+	tlsCA           string
 
 	// cluster
 	name          string
@@ -52,6 +56,13 @@ type serveFlags struct {
 	copyMemory    int64
 	copyTTL       time.Duration
 	peerTimeout   time.Duration
+	peerConnLimit int
+	peerIdle      time.Duration
+	peerSecret    string
+	peerTLSCert   string
+	peerTLSKey    string
+	peerTLSCA     string
+	drain         time.Duration
 	ownerGrace    time.Duration
 	invalidate    time.Duration
 	origin        string
@@ -72,13 +83,17 @@ func (f *serveFlags) options() []option {
 		{"", "write-timeout", &durationValue{&f.writeTimeout}, "close connections that take none of their replies for this long (0: never)"},
 		{"", "shutdown-timeout", &durationValue{&f.shutdownTimeout}, "on SIGINT/SIGTERM, how long in-flight requests may take to finish"},
 		{"", "log-format", &stringValue{&f.logFormat}, "log format: text or json"},
-		{"", "name", &stringValue{&f.name}, "node ID in the cluster; stable across restarts (default HOST:GOSSIP-PORT)"},
+		{"Y", "auth-file", &stringValue{&f.authFile}, "file of user:password lines; clients must authenticate first, as with memcached -Y"},
+		{"", "tls-cert", &stringValue{&f.tlsCert}, "PEM certificate: clients must speak TLS (with --tls-key)"},
+		{"", "tls-key", &stringValue{&f.tlsKey}, "PEM private key of --tls-cert"},
+		{"", "tls-ca", &stringValue{&f.tlsCA}, "PEM CA certificates: clients must present a certificate one of them signed"},
+		{"", "name", &stringValue{&f.name}, "node ID in the cluster; stable across restarts (default: this machine's hostname:GOSSIP-PORT)"},
 		{"", "gossip", &stringValue{&f.gossip}, "HOST:PORT for membership gossip (UDP and TCP); empty runs the node alone"},
 		{"", "advertise", &stringValue{&f.advertise}, "HOST or HOST:PORT the other nodes should use for gossip, client and peer traffic (for NAT or a 0.0.0.0 listener)"},
-		{"", "join", &stringValue{&f.join}, "comma-separated HOST:PORT gossip addresses of any running nodes"},
+		{"", "join", &stringValue{&f.join}, "comma-separated HOST:PORT gossip addresses of other nodes (this node's own may be among them); until one answers, the node runs alone and retries"},
 		{"", "gossip-key", &stringValue{&f.gossipKey}, "base64 key of 16, 24 or 32 bytes that encrypts gossip; the same on every node"},
 		{"", "weight", &intValue{&f.weight}, "capacity relative to the other nodes (more vnodes, more load)"},
-		{"", "peer-listen", &stringValue{&f.peerListen}, "HOST:PORT for requests from other nodes (default: client port + 10000)"},
+		{"", "peer-listen", &stringValue{&f.peerListen}, "HOST:PORT for requests from other nodes (default: the client port + 10000, on the client host, or on --advertise's host when the client listens on every interface)"},
 		{"", "epsilon", &floatValue{&f.epsilon}, "bounded-load slack: no node gets more than (1+epsilon) times the mean load; inf turns it off"},
 		{"", "load", &stringValue{&f.load}, "load measure for the bound: rate (EWMA of requests) or inflight"},
 		{"", "spill-order", &stringValue{&f.spillOrder}, "where overflow goes: ring (clockwise) or probe (per-key random jumps)"},
@@ -86,8 +101,15 @@ func (f *serveFlags) options() []option {
 		{"", "copy-memory", &sizeValue{p: &f.copyMemory, unit: 1 << 20}, "memory in MiB for copies of keys other nodes own"},
 		{"", "copy-ttl", &durationValue{&f.copyTTL}, "how long a copy lives at most (bounds staleness when an invalidation is lost)"},
 		{"", "peer-timeout", &durationValue{&f.peerTimeout}, "timeout of each request to another node"},
+		{"", "peer-conn-limit", &intValue{&f.peerConnLimit}, "maximum simultaneous connections to the peer port"},
+		{"", "peer-idle-timeout", &durationValue{&f.peerIdle}, "close peer-port connections idle this long"},
+		{"", "peer-secret", &stringValue{&f.peerSecret}, "comma-separated shared secrets that authenticate peer connections: the first is presented, any is accepted (rotate by adding, promoting, removing); the same on every node"},
+		{"", "peer-tls-cert", &stringValue{&f.peerTLSCert}, "PEM certificate of this node for mutual TLS between nodes (with --peer-tls-key and --peer-tls-ca)"},
+		{"", "peer-tls-key", &stringValue{&f.peerTLSKey}, "PEM private key of --peer-tls-cert"},
+		{"", "peer-tls-ca", &stringValue{&f.peerTLSCA}, "PEM CA certificate that signed every node's --peer-tls-cert"},
+		{"", "drain", &durationValue{&f.drain}, "on shutdown, answer the nodes that take this node's keys for up to this long, so they warm them from here (0: not at all)"},
 		{"", "owner-grace", &durationValue{&f.ownerGrace}, "after a membership change, how long new owners read misses through from previous owners"},
-		{"", "invalidate-timeout", &durationValue{&f.invalidate}, "how long a write waits for copies elsewhere to be dropped before it answers (a copy not dropped by then lives until --copy-ttl)"},
+		{"", "invalidate-timeout", &durationValue{&f.invalidate}, "how long a write waits for copies elsewhere to be dropped before it answers (a copy not dropped by then lives until --copy-ttl, and counts in lost_invalidations)"},
 		{"", "origin", &stringValue{&f.origin}, "read-through origin: http://host:port/path/{key} or file:///dir"},
 		{"", "origin-timeout", &durationValue{&f.originTimeout}, "timeout of one origin load"},
 		{"", "origin-concurrency", &intValue{&f.originConc}, "most origin loads at once from this node"},
@@ -111,6 +133,9 @@ func defaultServeFlags() serveFlags {
 		copyMemory:      server.DefaultCopyMaxBytes,
 		copyTTL:         server.DefaultCopyTTL,
 		peerTimeout:     server.DefaultPeerTimeout,
+		peerConnLimit:   server.DefaultPeerMaxConns,
+		peerIdle:        server.DefaultPeerIdleTimeout,
+		drain:           server.DefaultDrain,
 		ownerGrace:      server.DefaultOwnerGrace,
 		invalidate:      server.DefaultInvalidateTimeout,
 		originTimeout:   server.DefaultOriginTimeout,
@@ -142,15 +167,110 @@ func (f *serveFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format: want text or json, not %q", f.logFormat)
 }
 
-func serve(args []string, stderr io.Writer) error {
+// clusterOnly are the flags that mean nothing without --gossip.
+var clusterOnly = []string{"name", "advertise", "join", "gossip-key", "weight", "peer-listen", "epsilon", "load",
+	"spill-order", "vnodes", "copy-memory", "copy-ttl", "peer-timeout", "peer-conn-limit", "peer-idle-timeout",
+	"owner-grace", "invalidate-timeout", "drain", "peer-secret", "peer-tls-cert", "peer-tls-key", "peer-tls-ca"}
+
+// check catches the mistakes that can be caught before anything is bound.
+// given is what parseOptions returned.
+func (f *serveFlags) check(given map[string]string) error {
+	if f.gossip == "" {
+		for _, long := range clusterOnly {
+			if as, ok := given[long]; ok {
+				return fmt.Errorf("%s needs --gossip: without it the node runs alone", as)
+			}
+		}
+		return nil
+	}
+	if _, _, err := splitPort(f.gossip, 7946); err != nil {
+		return fmt.Errorf("--gossip: %w", err)
+	}
+	if _, ok := given["peer-secret"]; ok && len(f.peerSecrets()) == 0 {
+		return errors.New("--peer-secret: no secret in it (an empty value would turn peer authentication off)")
+	}
+	if (f.authFile != "" || f.tlsCA != "") && f.peerSecret == "" && f.peerTLSCert == "" {
+		return errors.New("--auth-file and --tls-ca guard the client port only: the peer port would serve the same keys to anyone who reaches it; set --peer-secret or --peer-tls-cert too")
+	}
+	if f.gossipKey != "" {
+		if _, err := f.secretKey(); err != nil {
+			return err
+		}
+	}
+	_, err := pickerConfig(f.epsilon, f.load, f.spillOrder)
+	return err
+}
+
+// secretKey decodes --gossip-key.
+func (f *serveFlags) secretKey() ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(f.gossipKey)
+	if err != nil {
+		return nil, fmt.Errorf("--gossip-key: not base64: %w", err)
+	}
+	if n := len(key); n != 16 && n != 24 && n != 32 {
+		return nil, fmt.Errorf("--gossip-key: decodes to %d bytes; want 16, 24 or 32 (e.g. head -c32 /dev/urandom | base64)", n)
+	}
+	return key, nil
+}
+
+// nodeName is --name, else this machine's hostname and the gossip port
+// (what peers.Config.Name defaults to); "" alone, or when the gossip port
+// is picked at random (peers then names the node).
+func (f *serveFlags) nodeName() string {
+	if f.name != "" || f.gossip == "" {
+		return f.name
+	}
+	_, port, _ := splitPort(f.gossip, 7946)
+	host, err := os.Hostname()
+	if port == 0 || err != nil || host == "" {
+		return ""
+	}
+	return host + ":" + strconv.Itoa(port)
+}
+
+// nodeError is the error of a node with a name: main puts the name in
+// front of it, as the logger puts it in every line (several nodes may
+// share a terminal).
+type nodeError struct {
+	node string
+	err  error
+}
+
+func (e *nodeError) Error() string { return e.err.Error() }
+func (e *nodeError) Unwrap() error { return e.err }
+
+const serveSynopsis = "Usage: spillway serve [flags]"
+
+func serve(args []string, stdout, stderr io.Writer) error {
 	f := defaultServeFlags()
-	if err := parseOptions("serve", "Usage: spillway serve [flags]", f.options(), args, stderr); err != nil {
+	given, err := parseOptions("serve", serveSynopsis, f.options(), args, stdout)
+	if err != nil {
+		return err
+	}
+	if err := f.check(given); err != nil {
 		return err
 	}
 	log, err := f.logger(stderr)
 	if err != nil {
 		return err
 	}
+	name := f.nodeName()
+	if name != "" {
+		f.name = name
+		log = log.With("self", name)
+	}
+	if err := f.run(log); err != nil {
+		if name != "" {
+			return &nodeError{name, err}
+		}
+		return err
+	}
+	return nil
+}
+
+// run binds the listeners, starts the node and serves until SIGINT or
+// SIGTERM.
+func (f *serveFlags) run(log *slog.Logger) (err error) {
 	cfg := server.Config{
 		MaxBytes:          f.memoryBytes,
 		MaxItemSize:       int(f.maxItemSize),
@@ -167,55 +287,82 @@ func serve(args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	ln, err := net.Listen("tcp", f.addr())
+	if f.authFile != "" {
+		if cfg.Users, err = server.ReadAuthFile(f.authFile); err != nil {
+			return fmt.Errorf("--auth-file: %w", err)
+		}
+	}
+	clientTLS, err := f.clientTLS()
 	if err != nil {
 		return err
 	}
+	peerListenTLS, peerDialTLS, err := f.peerTLS()
+	if err != nil {
+		return err
+	}
+	// Every port is bound before the node joins: a node that cannot start
+	// must not have joined the cluster.
+	var bound []io.Closer
+	defer func() {
+		if err != nil {
+			for _, c := range bound {
+				c.Close()
+			}
+		}
+	}()
+	ln, err := listen("--listen", f.addr())
+	if err != nil {
+		return err
+	}
+	bound = append(bound, ln)
 	var peerLn net.Listener
 	if f.gossip != "" {
-		if peerLn, err = net.Listen("tcp", f.peerAddr(ln.Addr())); err != nil {
-			ln.Close()
+		paddr, err := f.peerAddr(ln.Addr())
+		if err != nil {
+			return err
+		}
+		what := "--peer-listen"
+		if f.peerListen == "" {
+			what = "the peer port (--peer-listen, by default the client port + 10000)"
+		}
+		if peerLn, err = listen(what, paddr); err != nil {
+			return err
+		}
+		bound = append(bound, peerLn)
+		if err := gossipFree(f.gossip); err != nil {
 			return err
 		}
 		if cfg.Cluster, err = f.cluster(ln.Addr(), peerLn.Addr(), log); err != nil {
-			ln.Close()
-			peerLn.Close()
 			return err
 		}
+		cfg.Cluster.PeerTLS = peerDialTLS
+		cfg.Cluster.PeerSecrets = f.peerSecrets()
 	}
-	// Bind the metrics port before joining: a node that cannot start
-	// must not have joined the cluster.
 	var mln net.Listener
 	if f.metrics != "" {
-		if mln, err = net.Listen("tcp", f.metrics); err != nil {
-			ln.Close()
-			if peerLn != nil {
-				peerLn.Close()
-			}
+		if mln, err = listen("--metrics", f.metrics); err != nil {
 			return err
 		}
+		bound = append(bound, mln)
 	}
 	srv, err := server.New(cfg)
 	if err != nil {
-		ln.Close()
-		if peerLn != nil {
-			peerLn.Close()
-		}
-		if mln != nil {
-			mln.Close()
-		}
 		return err
 	}
-	log.Info("serving", "addr", ln.Addr().String(), "node", srv.ID(), "memory_limit", f.memoryBytes,
+	if f.name == "" && srv.ID() != "" { // peers named it
+		log = log.With("self", srv.ID())
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "memory_limit", f.memoryBytes,
 		"max_item_size", f.maxItemSize, "conn_limit", f.connLimit, "version", spillwayVersion)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	served := make(chan error, 3)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(wrapTLS(ln, clientTLS)) }()
 	if peerLn != nil {
-		log.Info("serving peers", "addr", peerLn.Addr().String(), "gossip", f.gossip)
-		go func() { served <- srv.ServePeers(peerLn) }()
+		log.Info("serving peers", "addr", peerLn.Addr().String(), "gossip", f.gossip,
+			"tls", peerListenTLS != nil, "secret", len(cfg.Cluster.PeerSecrets) > 0)
+		go func() { served <- srv.ServePeers(wrapTLS(peerLn, peerListenTLS)) }()
 	}
 	var metricsSrv *http.Server
 	if mln != nil {
@@ -247,17 +394,73 @@ func serve(args []string, stderr io.Writer) error {
 	return nil
 }
 
+// listen binds a TCP listener for the flag what, and says which flag's
+// address failed, and why in a few words ("address already in use").
+func listen(what, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, addr, bindError(err))
+	}
+	return ln, nil
+}
+
+// bindError is the reason inside a net.Listen error, without the
+// "listen tcp 127.0.0.1:1: bind:" that repeats the address.
+func bindError(err error) error {
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Err
+	}
+	return err
+}
+
+// gossipFree checks that the --gossip port is free for TCP and UDP, which
+// memberlist binds both, so that a taken port is reported as such rather
+// than as a failed join. (A port taken in between still fails the join,
+// with memberlist's words.)
+func gossipFree(gossip string) error {
+	host, port, _ := splitPort(gossip, 7946)
+	if port == 0 {
+		return nil
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--gossip %s (TCP): %w", addr, bindError(err))
+	}
+	defer ln.Close()
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return fmt.Errorf("--gossip %s (UDP): %w", addr, bindError(err))
+	}
+	return pc.Close()
+}
+
 // peerAddr is --peer-listen, or the client address with the port + 10000.
-func (f *serveFlags) peerAddr(client net.Addr) string {
+// The peer port trusts what it is sent more than the client port does, so
+// it never listens on every interface unless --peer-listen says so: with a
+// client listener on 0.0.0.0 or [::] it takes --advertise's host, the one
+// the other nodes are told to use.
+func (f *serveFlags) peerAddr(client net.Addr) (string, error) {
 	if f.peerListen != "" {
-		return f.peerListen
+		return f.peerListen, nil
 	}
 	host, port, _ := net.SplitHostPort(client.String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if f.advertise == "" {
+			return "", errors.New("the client port listens on every interface: set --advertise (the address other nodes reach this one at, where the peer port listens) or --peer-listen")
+		}
+		host, _, _ = splitPort(f.advertise, 0)
+	}
 	p, _ := strconv.Atoi(port)
 	if p == 0 || p+10000 > 65535 {
-		return net.JoinHostPort(host, "0")
+		return net.JoinHostPort(host, "0"), nil
 	}
-	return net.JoinHostPort(host, strconv.Itoa(p+10000))
+	return net.JoinHostPort(host, strconv.Itoa(p+10000)), nil
 }
 
 // cluster turns the cluster flags into a ClusterConfig. The addresses the
@@ -269,12 +472,11 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 		return nil, fmt.Errorf("--gossip: %w", err)
 	}
 	pc := peers.Config{
-		Name:      f.name,
-		BindAddr:  ghost,
-		BindPort:  gport,
-		Logger:    log,
-		VNodes:    f.vnodes,
-		JoinRetry: 10 * time.Second,
+		Name:     f.name,
+		BindAddr: ghost,
+		BindPort: gport,
+		Logger:   log,
+		VNodes:   f.vnodes,
 	}
 	advHost := ""
 	if f.advertise != "" {
@@ -293,11 +495,9 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 		}
 	}
 	if f.gossipKey != "" {
-		key, err := base64.StdEncoding.DecodeString(f.gossipKey)
-		if err != nil {
-			return nil, fmt.Errorf("--gossip-key: not base64: %w", err)
+		if pc.SecretKey, err = f.secretKey(); err != nil {
+			return nil, err
 		}
-		pc.SecretKey = key
 	}
 	pc.Meta = peers.Meta{Client: advertised(client, advHost), Peer: advertised(peer, advHost), Weight: max(f.weight, 1)}
 
@@ -306,12 +506,15 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 		return nil, err
 	}
 	return &server.ClusterConfig{
-		Peers:        pc,
-		Picker:       pick,
-		CopyMaxBytes: f.copyMemory,
-		CopyTTL:      f.copyTTL,
-		PeerTimeout:  f.peerTimeout,
-		OwnerGrace:   f.ownerGrace,
+		Peers:           pc,
+		Picker:          pick,
+		CopyMaxBytes:    f.copyMemory,
+		CopyTTL:         f.copyTTL,
+		PeerTimeout:     f.peerTimeout,
+		PeerMaxConns:    f.peerConnLimit,
+		PeerIdleTimeout: f.peerIdle,
+		Drain:           cmp.Or(f.drain, -1), // 0 on the command line: none
+		OwnerGrace:      f.ownerGrace,
 
 		InvalidateTimeout: f.invalidate,
 	}, nil

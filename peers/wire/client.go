@@ -16,6 +16,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -39,6 +40,12 @@ type Config struct {
 	// MaxValue bounds a value read from the peer: the asking node's item
 	// size limit, since a larger item could not be kept there either.
 	MaxValue int
+	// TLS, if set, makes each connection a TLS client of the peer port
+	// (with a client certificate, for mutual TLS).
+	TLS *tls.Config
+	// Secrets, if set, authenticate each new connection (Secrets.Answer),
+	// inside TLS if there is TLS.
+	Secrets Secrets
 }
 
 // Client is a pool of connections to one peer, each carrying one exchange
@@ -108,6 +115,20 @@ func (c *Client) get(timeout time.Duration) (*conn, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if c.cfg.TLS != nil {
+		tc := tls.Client(nc, c.cfg.TLS)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		nc = tc
+	}
+	if len(c.cfg.Secrets) > 0 {
+		if err := c.cfg.Secrets.Answer(nc, c.cfg.Addr, timeout); err != nil {
+			nc.Close()
+			return nil, err
+		}
 	}
 	pc := &conn{nc: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10)}
 	pc.rr.MaxValue = c.cfg.MaxValue
@@ -276,14 +297,7 @@ func (c *Client) Control(timeout time.Duration, tag, verb string, payload []byte
 	if payload == nil {
 		payload = []byte{} // an ms always has a data block, if empty
 	}
-	line := make([]byte, 0, 32+len(verb)+len(tag))
-	line = append(line, "ms "...)
-	line = append(line, verb...)
-	line = append(line, ' ')
-	line = strconv.AppendInt(line, int64(len(payload)), 10)
-	line = append(line, " O"...)
-	line = append(line, tag...)
-	r, err := c.Exchange(timeout, line, payload)
+	r, err := c.Exchange(timeout, ControlLine(verb, tag, len(payload)), payload)
 	if err != nil {
 		return nil, err
 	}
@@ -293,9 +307,25 @@ func (c *Client) Control(timeout time.Duration, tag, verb string, payload []byte
 	return r.Value, nil
 }
 
+// The request lines peers send, without "\r\n". A key that cannot stand
+// in a line goes base64-encoded with the b flag (protocol.AppendKey).
+// FuzzRequestLines parses what they build with protocol.Parse.
+
+// AppendGet appends an mg of key asking for the value, flags, CAS and
+// remaining TTL, with tag as its opaque token and extra flags.
+func AppendGet(line []byte, key, tag, extra string) []byte {
+	line = append(line, "mg "...)
+	line, b64 := protocol.AppendKey(line, key)
+	line = append(line, " v f c t O"...)
+	line = append(line, tag...)
+	line = append(line, extra...)
+	if b64 {
+		line = append(line, " b"...)
+	}
+	return line
+}
+
 // DeleteLine builds a meta delete of key with flags (" O<tag>") appended.
-// A key that cannot stand in a line goes base64-encoded with the b flag
-// (protocol.AppendKey).
 func DeleteLine(key, flags string) []byte {
 	b := append(make([]byte, 0, 8+len(key)*4/3+len(flags)), "md "...)
 	b, b64 := protocol.AppendKey(b, key)
@@ -303,6 +333,18 @@ func DeleteLine(key, flags string) []byte {
 		b = append(b, " b"...)
 	}
 	return append(b, flags...)
+}
+
+// ControlLine builds the ms that carries a membership message of n bytes:
+// its verb is the key, tag the opaque token.
+func ControlLine(verb, tag string, n int) []byte {
+	line := make([]byte, 0, 32+len(verb)+len(tag))
+	line = append(line, "ms "...)
+	line = append(line, verb...)
+	line = append(line, ' ')
+	line = strconv.AppendInt(line, int64(n), 10)
+	line = append(line, " O"...)
+	return append(line, tag...)
 }
 
 func writeRequest(w *bufio.Writer, line, data []byte) {

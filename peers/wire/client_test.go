@@ -164,3 +164,63 @@ func TestStreamCloseUnread(t *testing.T) {
 		p.served.Wait()
 	})
 }
+
+// Peer authentication: a node with a secret the port accepts gets in, in
+// either place of the port's list; one without, or with another, does not,
+// and the port never takes a line of it for a request.
+func TestSecrets(t *testing.T) {
+	old, next := []byte("old-secret"), []byte("new-secret")
+	for _, tc := range []struct {
+		name         string
+		port, dialer Secrets
+		addr         string // the address the dialler dials, "" for the port's
+		ok           bool
+	}{
+		{"same", Secrets{old}, Secrets{old}, "", true},
+		{"rotating: the dialler presents the new one", Secrets{old, next}, Secrets{next, old}, "", true},
+		{"rotating: the dialler still presents the old one", Secrets{next, old}, Secrets{old}, "", true},
+		{"wrong", Secrets{old}, Secrets{next}, "", false},
+		{"none presented", Secrets{old}, nil, "", false},
+		{"the port asks for none", nil, Secrets{old}, "", false},
+		{"a proof for another port's address (a relayed challenge)", Secrets{old}, Secrets{old}, "peer:impostor", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				client, server := net.Pipe()
+				defer client.Close()
+				portErr := make(chan error, 1)
+				go func() {
+					defer server.Close()
+					if tc.port == nil {
+						// A port without secrets: it waits for a request.
+						buf := make([]byte, 64)
+						n, _ := server.Read(buf)
+						portErr <- fmt.Errorf("read %q", buf[:n])
+						return
+					}
+					portErr <- tc.port.Challenge(server, "peer:a", time.Second)
+				}()
+				var dialErr error
+				if tc.addr == "" {
+					tc.addr = "peer:a"
+				}
+				if tc.dialer == nil {
+					fmt.Fprint(client, "get k\r\n") // a node that does not know the exchange
+					buf := make([]byte, 128)
+					client.Read(buf) // the challenge
+					client.Close()
+				} else {
+					dialErr = tc.dialer.Answer(client, tc.addr, time.Second)
+					client.Close()
+				}
+				pErr := <-portErr
+				if tc.ok && (dialErr != nil || pErr != nil) {
+					t.Fatalf("dialler: %v, port: %v; want both in", dialErr, pErr)
+				}
+				if !tc.ok && pErr == nil {
+					t.Fatalf("the port let it in (dialler: %v)", dialErr)
+				}
+			})
+		})
+	}
+}

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"sync"
 	"time"
-
-	"spillway/protocol"
 )
 
 // Stream is one request's reads from a peer, on a connection of its own
@@ -83,15 +81,7 @@ func (s *Stream) write() {
 // It never blocks: the queue is bounded by what the caller sends before
 // it reads.
 func (s *Stream) Send(key, tag, extra string) {
-	line := make([]byte, 0, 24+len(key)*4/3+len(tag)+len(extra))
-	line = append(line, "mg "...)
-	line, b64 := protocol.AppendKey(line, key)
-	line = append(line, " v f c t O"...)
-	line = append(line, tag...)
-	line = append(line, extra...)
-	if b64 {
-		line = append(line, " b"...)
-	}
+	line := AppendGet(make([]byte, 0, 24+len(key)*4/3+len(tag)+len(extra)), key, tag, extra)
 	line = append(line, "\r\n"...)
 	s.mu.Lock()
 	s.queue = append(s.queue, line)

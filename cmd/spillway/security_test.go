@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+)
+
+// testPKI writes a CA and leaf certificates for 127.0.0.1 it signed into
+// dir; names are the leaves' file stems (<name>.pem, <name>-key.pem).
+func testPKI(t *testing.T, dir string, names ...string) (caFile string) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "spillway test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	caFile = filepath.Join(dir, "ca.pem")
+	writePEM(t, caFile, "CERTIFICATE", caDER)
+	for i, name := range names {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+			KeyUsage:    x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writePEM(t, filepath.Join(dir, name+".pem"), "CERTIFICATE", der)
+		kb, _ := x509.MarshalECPrivateKey(key)
+		writePEM(t, filepath.Join(dir, name+"-key.pem"), "EC PRIVATE KEY", kb)
+	}
+	return caFile
+}
+
+func writePEM(t *testing.T, file, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tlsClient is a client TLS configuration trusting caFile, with the
+// certificate of name if name is not "".
+func tlsClient(t *testing.T, dir, caFile, name string) *tls.Config {
+	t.Helper()
+	pool := x509.NewCertPool()
+	b, _ := os.ReadFile(caFile)
+	pool.AppendCertsFromPEM(b)
+	cfg := &tls.Config{RootCAs: pool}
+	if name != "" {
+		cert, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg
+}
+
+// With --tls-cert, the client port speaks TLS only; with --tls-ca too, a
+// client must present a certificate that CA signed. gomemcache over a
+// tls.Dialer and pymemcache with an SSL context work.
+func TestClientTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	dir := t.TempDir()
+	ca := testPKI(t, dir, "server", "client")
+	n := startNode(t, "tls", "", "--tls-cert", filepath.Join(dir, "server.pem"),
+		"--tls-key", filepath.Join(dir, "server-key.pem"), "--tls-ca", ca)
+	good := tlsClient(t, dir, ca, "client")
+	mc := memcache.New(n.client)
+	mc.Timeout = 5 * time.Second
+	mc.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := tls.Dialer{Config: good}
+		return d.DialContext(ctx, network, addr)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for mc.Set(&memcache.Item{Key: "k", Value: []byte("over tls")}) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the TLS client port never answered")
+		}
+		time.Sleep(20 * time.Millisecond) // polls a process starting
+	}
+	if it, err := mc.Get("k"); err != nil || string(it.Value) != "over tls" {
+		t.Fatalf("get over TLS: %v %v", it, err)
+	}
+	mc.Close()
+
+	// Plain text gets no answer; TLS without a client certificate fails.
+	c, err := net.DialTimeout("tcp", n.client, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(c, "version\r\n")
+	buf := make([]byte, 64)
+	if k, _ := c.Read(buf); strings.Contains(string(buf[:k]), "VERSION") {
+		t.Errorf("plain text answered on a TLS port: %q", buf[:k])
+	}
+	c.Close()
+	if tc, err := tls.Dial("tcp", n.client, tlsClient(t, dir, ca, "")); err == nil {
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprint(tc, "version\r\n")
+		if k, err := tc.Read(buf); err == nil {
+			t.Errorf("a client without a certificate was answered: %q", buf[:k])
+		}
+		tc.Close()
+	}
+
+	python := "/usr/bin/python3" // Debian's, where python3-pymemcache installs
+	if exec.Command(python, "-c", "import pymemcache").Run() != nil {
+		if os.Getenv("SPILLWAY_CI") != "" {
+			t.Fatal("pymemcache missing under CI")
+		}
+		t.Skip("pymemcache missing (apt-get install python3-pymemcache)")
+	}
+	host, port, _ := net.SplitHostPort(n.client)
+	script := `
+import ssl, sys
+from pymemcache.client.base import Client
+ctx = ssl.create_default_context(cafile=sys.argv[3])
+ctx.load_cert_chain(sys.argv[4], sys.argv[5])
+c = Client((sys.argv[1], int(sys.argv[2])), tls_context=ctx, connect_timeout=5, timeout=5)
+c.set("py", b"tls")
+assert c.get("py") == b"tls", c.get("py")
+print("pymemcache tls ok")
+`
+	out, err := exec.Command(python, "-c", script, host, port, ca,
+		filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "pymemcache tls ok") {
+		t.Fatalf("pymemcache over TLS: %v\n%s", err, out)
+	}
+}
+
+// Nodes with mutual TLS and a shared secret between them work as a
+// cluster; the peer port refuses plain text and a certificate from
+// another CA.
+func TestPeerTLSAndSecret(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	ca := testPKI(t, dir, "a", "b")
+	other := t.TempDir()
+	otherCA := testPKI(t, other, "x")
+	peerPorts := []int{freePort(t, "tcp"), freePort(t, "tcp")}
+	args := func(name string, i int) []string {
+		return []string{"--peer-listen", "127.0.0.1:" + strconv.Itoa(peerPorts[i]),
+			"--peer-tls-cert", filepath.Join(dir, name+".pem"), "--peer-tls-key", filepath.Join(dir, name+"-key.pem"),
+			"--peer-tls-ca", ca, "--peer-secret", "new-one,old-one"}
+	}
+	a := startNode(t, "a", "", args("a", 0)...)
+	bArgs := append(args("b", 1), "--join", a.gossip)
+	bArgs[len(bArgs)-3] = "old-one,new-one" // b still presents the old secret: a accepts both
+	b := startNode(t, "b", "", bArgs...)
+	waitNodes(t, 2, a, b)
+
+	mc := memcache.New(a.client, b.client)
+	mc.Timeout = 5 * time.Second
+	for i := range 100 {
+		k := fmt.Sprintf("k%d", i)
+		if err := mc.Set(&memcache.Item{Key: k, Value: []byte(k)}); err != nil {
+			t.Fatalf("set %s: %v", k, err)
+		}
+	}
+	// Through one entry node only: half the keys cross the peer port.
+	one := memcache.New(a.client)
+	one.Timeout = 5 * time.Second
+	for i := range 100 {
+		k := fmt.Sprintf("k%d", i)
+		if it, err := one.Get(k); err != nil || string(it.Value) != k {
+			t.Fatalf("get %s through a: %v %v", k, it, err)
+		}
+	}
+	mc.Close()
+	one.Close()
+
+	peer := "127.0.0.1:" + strconv.Itoa(peerPorts[1])
+	c, err := net.DialTimeout("tcp", peer, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(c, "version\r\n")
+	buf := make([]byte, 64)
+	if k, _ := c.Read(buf); strings.Contains(string(buf[:k]), "VERSION") {
+		t.Errorf("the peer port answered plain text: %q", buf[:k])
+	}
+	c.Close()
+	if tc, err := tls.Dial("tcp", peer, tlsClient(t, other, otherCA, "x")); err == nil {
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprint(tc, "version\r\n")
+		if k, err := tc.Read(buf); err == nil {
+			t.Errorf("a certificate of another CA was answered: %q", buf[:k])
+		}
+		tc.Close()
+	}
+}
