@@ -150,6 +150,26 @@ type Config struct {
 	// Progress, if non-nil, receives a live progress line (rewritten with
 	// \r) every Interval. See TerminalProgress.
 	Progress io.Writer
+	// Observe, if set, is called once for every request of the measured
+	// phase when it ends, from the goroutine that read its reply: calls
+	// are concurrent, so it must be safe for concurrent use, and quick.
+	// It lets a caller slice a run by server, key or time (a fault test
+	// asks for the latency at the nodes a fault spared, and when errors
+	// came).
+	Observe func(Observation)
+}
+
+// Observation is one request of the measured phase, for Config.Observe.
+type Observation struct {
+	Server int  // the entry server it was sent to, an index in Config.Servers
+	Key    int  // the key's index
+	Set    bool // a set; else a get
+	// Result is "hit" or "miss" for a get that succeeded, "" for a set
+	// that stored, else the error kind (a key of Report.Errors; "corrupt"
+	// is a wrong value).
+	Result  string
+	Start   time.Time     // issued (closed loop) or scheduled (open loop)
+	Latency time.Duration // from Start until the reply (or the failure)
 }
 
 // Defaults for zero Config fields.

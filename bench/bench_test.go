@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,6 +220,49 @@ func TestSpreadEntryUsesEveryServer(t *testing.T) {
 		t.Errorf("max/mean %v", rep.Load.MaxMean)
 	}
 	checkEntryGets(t, rep)
+}
+
+// TestObserveSeesEveryMeasuredRequest checks Config.Observe against the
+// report: one call per measured request (none for the prefill), with the
+// entry server, the key and the outcome the report counted.
+func TestObserveSeesEveryMeasuredRequest(t *testing.T) {
+	fs := []*fakeServer{newFakeServer(t, nil), newFakeServer(t, nil)}
+	var mu sync.Mutex
+	var gets, sets, hits, atServer1 int64
+	began := time.Now()
+	rep, err := Run(context.Background(), Config{
+		Servers: []string{fs[0].addr(), fs[1].addr()}, Conns: 4, Requests: 400, Keys: 50, Seed: 2, Prefill: true,
+		Observe: func(o Observation) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case o.Set && o.Result == "":
+				sets++
+			case !o.Set && (o.Result == "hit" || o.Result == "miss"):
+				gets++
+				if o.Result == "hit" {
+					hits++
+				}
+			default:
+				t.Errorf("observation %+v: unexpected result", o)
+			}
+			if o.Server == 1 {
+				atServer1++
+			}
+			if o.Key < 0 || o.Key >= 50 || o.Start.Before(began) || o.Latency <= 0 {
+				t.Errorf("observation %+v", o)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gets != rep.Gets || sets != rep.Sets || hits != rep.Hits || gets+sets != 400 {
+		t.Errorf("observed %d gets (%d hits) %d sets; report %d (%d) %d", gets, hits, sets, rep.Gets, rep.Hits, rep.Sets)
+	}
+	if atServer1 == 0 || atServer1 == 400 {
+		t.Errorf("%d of 400 observed at server 1, want some", atServer1)
+	}
 }
 
 func TestTimeoutsAreCounted(t *testing.T) {

@@ -341,4 +341,8 @@ func (w *worker) record(o *op, kind string, detail error) {
 	}
 	w.mu.Unlock()
 	w.done.Add(1)
+	if w.e.observe != nil {
+		w.e.observe(Observation{Server: o.server, Key: o.index, Set: o.kind == opSet, Result: kind,
+			Start: w.e.base.Add(o.start), Latency: lat})
+	}
 }

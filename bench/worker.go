@@ -20,6 +20,10 @@ type engine struct {
 	// cancelled is the run's ctx.Done(): once closed, connection failures
 	// are the run's own doing and not errors.
 	cancelled <-chan struct{}
+	// observe is Config.Observe from the measured phase on; nil before.
+	// Set before that phase's workers start, read by the readers of the
+	// ops they send.
+	observe func(Observation)
 }
 
 // worker is one client: it generates requests and writes them; its
@@ -366,6 +370,7 @@ func (e *engine) prefill(ctx context.Context) error {
 // measure runs the measured phase.
 func (e *engine) measure(ctx context.Context) phaseResult {
 	cfg := e.cfg
+	e.observe = cfg.Observe
 	start := e.since()
 	var tokens *atomic.Int64
 	if cfg.Rate == 0 && cfg.Requests > 0 {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"time"
@@ -61,8 +62,15 @@ type Config struct {
 	AdvertiseAddr string
 	AdvertisePort int
 
-	// Join lists seed nodes ("host:port"; a host without a port means
-	// BindPort). Join tries them once; if none answers (this node's own
+	// Join lists seed nodes: "ip:port", "host:port" (every address host
+	// resolves to) or "dns+srv:name" (the targets and ports of name's SRV
+	// records, such as a Kubernetes headless service's); a seed without
+	// a port means BindPort (see resolveSeeds). Names are resolved again
+	// at every attempt, and, once the node has joined, every JoinRetryMax
+	// (seeds it did not know yet are joined: the nodes DNS listed late,
+	// or a cluster that formed apart).
+	//
+	// Join tries the seeds once; if none answers (this node's own
 	// address does not count, so every node of a cluster may share one
 	// list), the node runs alone and keeps trying them in the background,
 	// as Consul's and Serf's retry-join do, until it knows another member
@@ -75,10 +83,22 @@ type Config struct {
 	// twice the wait before, up to this. If zero, DefaultJoinRetryMax.
 	JoinRetryMax time.Duration
 
-	// SecretKey, if set, encrypts and authenticates all gossip (AES-GCM).
-	// It must be 16, 24 or 32 bytes long and the same on every node; a
-	// node with another key (or none) cannot join.
-	SecretKey []byte
+	// SecretKeys, if set, encrypt and authenticate all gossip (AES-GCM).
+	// Each must be 16, 24 or 32 bytes long. The first encrypts what this
+	// node sends; any of them decrypts what it receives. A node none of
+	// whose keys the others hold (or that has none) cannot join.
+	//
+	// memberlist can change a running node's keys, but only that node's,
+	// so a cluster rotates its key with three rolling restarts, each
+	// leaving every pair of nodes one key in common: add the new key
+	// after the old one on every node ([old new]: all still encrypt with
+	// old), then put it first ([new old]: some encrypt with new, and all
+	// can read it), then drop the old one ([new]).
+	SecretKeys [][]byte
+
+	// Resolver looks up the names in Join (see there). If nil,
+	// net.DefaultResolver is used.
+	Resolver Resolver
 
 	// Meta is what this node tells the others: its addresses and weight.
 	Meta Meta
@@ -116,10 +136,12 @@ type Config struct {
 
 // setDefaults validates c and fills in its zero fields.
 func (c *Config) setDefaults() error {
-	switch len(c.SecretKey) {
-	case 0, 16, 24, 32:
-	default:
-		return fmt.Errorf("peers: secret key is %d bytes; want 16, 24 or 32", len(c.SecretKey))
+	for _, k := range c.SecretKeys {
+		switch len(k) {
+		case 16, 24, 32:
+		default:
+			return fmt.Errorf("peers: secret key is %d bytes; want 16, 24 or 32", len(k))
+		}
 	}
 	if c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
 		return fmt.Errorf("peers: bad port (bind %d, advertise %d)", c.BindPort, c.AdvertisePort)
@@ -142,6 +164,9 @@ func (c *Config) setDefaults() error {
 	if c.JoinRetryMax == 0 {
 		c.JoinRetryMax = DefaultJoinRetryMax
 	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
+	}
 	if c.Name == "" {
 		c.Name = defaultName(c.BindPort, c.Transport != nil)
 	}
@@ -162,7 +187,7 @@ func defaultName(port int, custom bool) string {
 }
 
 // memberlist builds memberlist's configuration from c (defaults set).
-func (c *Config) memberlist(ev *events) *memberlist.Config {
+func (c *Config) memberlist(ev *events) (*memberlist.Config, error) {
 	var mc *memberlist.Config
 	switch c.Profile {
 	case Local:
@@ -188,14 +213,20 @@ func (c *Config) memberlist(ev *events) *memberlist.Config {
 	if c.AdvertisePort == 0 {
 		mc.AdvertisePort = c.BindPort
 	}
-	mc.SecretKey = c.SecretKey
-	mc.Keyring = nil
+	mc.SecretKey, mc.Keyring = nil, nil
+	if len(c.SecretKeys) > 0 {
+		kr, err := memberlist.NewKeyring(c.SecretKeys, c.SecretKeys[0])
+		if err != nil {
+			return nil, fmt.Errorf("peers: %w", err)
+		}
+		mc.Keyring = kr
+	}
 	mc.Delegate = ev
 	mc.Events = ev
 	mc.Transport = c.Transport
 	mc.LogOutput = nil
 	mc.Logger = log.New(logWriter{l: c.Logger, onDead: c.OnDeclaredDead}, "", 0)
-	return mc
+	return mc, nil
 }
 
 // logWriter turns memberlist's log lines ("[WARN] memberlist: text") into

@@ -12,10 +12,10 @@ import (
 )
 
 func TestValidKeyLengths(t *testing.T) {
-	for _, n := range []int{0, 16, 24, 32} {
-		c := Config{SecretKey: make([]byte, n)}
+	for _, keys := range [][][]byte{nil, {make([]byte, 16)}, {make([]byte, 24)}, {make([]byte, 32), make([]byte, 16)}} {
+		c := Config{SecretKeys: keys}
 		if err := c.setDefaults(); err != nil {
-			t.Errorf("%d-byte key: %v", n, err)
+			t.Errorf("keys of %d bytes: %v", len(keys), err)
 		}
 	}
 }
@@ -37,7 +37,10 @@ func TestDefaults(t *testing.T) {
 	if a.Name == b.Name {
 		t.Errorf("two nodes on random ports got the same default name %q", a.Name)
 	}
-	mc := (&Config{Profile: Local, Tune: func(c *memberlist.Config) { c.Name = "ignored"; c.ProbeInterval = time.Minute }, Name: "x"}).memberlist(nil)
+	mc, err := (&Config{Profile: Local, Tune: func(c *memberlist.Config) { c.Name = "ignored"; c.ProbeInterval = time.Minute }, Name: "x"}).memberlist(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if mc.Name != "x" || mc.ProbeInterval != time.Minute || mc.ProbeTimeout != memberlist.DefaultLocalConfig().ProbeTimeout {
 		t.Errorf("Tune/Profile/Name not layered right: name %q probe %v/%v", mc.Name, mc.ProbeInterval, mc.ProbeTimeout)
 	}

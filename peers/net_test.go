@@ -6,20 +6,20 @@ import (
 )
 
 // TestEncryptedGossip runs real UDP+TCP gossip on 127.0.0.1 (port 0) with a
-// SecretKey: two nodes with the same key form a cluster; a node with another
+// secret key: two nodes with the same key form a cluster; a node with another
 // key, or with none, cannot join it.
 func TestEncryptedGossip(t *testing.T) {
-	key := []byte("0123456789abcdef0123456789abcdef")
-	start := func(name string, key []byte, seeds ...string) (*Peers, error) {
+	key := [][]byte{[]byte("0123456789abcdef0123456789abcdef")}
+	start := func(name string, keys [][]byte, seeds ...string) (*Peers, error) {
 		p, err := Join(Config{
-			Name:      name,
-			BindAddr:  "127.0.0.1",
-			Join:      seeds,
-			SecretKey: key,
-			Meta:      Meta{Peer: "127.0.0.1:1", Weight: 1},
-			Logger:    quietLogger(t),
-			Profile:   Local,
-			Tune:      fastTimings,
+			Name:       name,
+			BindAddr:   "127.0.0.1",
+			Join:       seeds,
+			SecretKeys: keys,
+			Meta:       Meta{Peer: "127.0.0.1:1", Weight: 1},
+			Logger:     quietLogger(t),
+			Profile:    Local,
+			Tune:       fastTimings,
 		}, nil)
 		if err == nil {
 			t.Cleanup(func() { _ = p.Shutdown() })
@@ -49,9 +49,9 @@ func TestEncryptedGossip(t *testing.T) {
 
 	for _, tt := range []struct {
 		name string
-		key  []byte
+		key  [][]byte
 	}{
-		{"other key", []byte("fedcba9876543210")},
+		{"other key", [][]byte{[]byte("fedcba9876543210")}},
 		{"no key", nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -43,6 +43,12 @@ type Peers struct {
 	giveUpOnce sync.Once
 	joinDone   chan struct{}
 
+	// What retryJoin needs to resolve and join the seeds again.
+	seeds    []string
+	port     int
+	resolver Resolver
+	log      *slog.Logger
+
 	life sync.Mutex // serialises Leave and Shutdown: memberlist panics on Leave after Shutdown
 	left bool
 	shut bool
@@ -73,15 +79,21 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		return nil, err
 	}
 	ev := newEvents(cfg.Name, meta, &cfg, onChange)
-	ml, err := memberlist.Create(cfg.memberlist(ev))
+	mc, err := cfg.memberlist(ev)
+	if err != nil {
+		ev.close()
+		return nil, err
+	}
+	ml, err := memberlist.Create(mc)
 	if err != nil {
 		ev.close()
 		return nil, fmt.Errorf("peers: start gossip: %w", err)
 	}
-	p := &Peers{self: cfg.Name, ml: ml, ev: ev, giveUp: make(chan struct{}), joinDone: make(chan struct{})}
+	p := &Peers{self: cfg.Name, ml: ml, ev: ev, giveUp: make(chan struct{}), joinDone: make(chan struct{}),
+		seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger}
 	alone := false
 	if len(cfg.Join) > 0 {
-		n, err := ml.Join(cfg.Join)
+		n, err := p.join()
 		if alone = !p.joined(); alone {
 			// Info, not Warn: nodes started together miss each other at
 			// first. retryJoin warns if it lasts.
@@ -92,8 +104,8 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		}
 	}
 	ev.start()
-	if alone {
-		go p.retryJoin(cfg.Join, cfg.JoinRetryMax, cfg.Logger)
+	if alone || hasNames(cfg.Join, cfg.BindPort) {
+		go p.retryJoin(cfg.JoinRetryMax)
 	} else {
 		close(p.joinDone)
 	}
@@ -113,13 +125,36 @@ func joinAttrs(seeds []string, err error) []any {
 // is this node itself answers a join, but leaves it alone.
 func (p *Peers) joined() bool { return p.ml.NumMembers() > 1 }
 
+// join resolves the seeds and joins every address they name. It returns
+// how many answered, and what failed: lookups, and the join itself when
+// none answered.
+func (p *Peers) join() (int, error) {
+	addrs, rerr := resolveSeeds(context.Background(), p.resolver, p.seeds, p.port)
+	if len(addrs) == 0 {
+		return 0, rerr
+	}
+	n, err := p.ml.Join(addrs)
+	return n, errors.Join(rerr, err)
+}
+
 // retryJoin tries the seeds after 100ms, then after twice the wait before
 // each time, up to longest, until this node knows another member or Leave or
 // Shutdown gives up. An attempt under way when they do ends by itself,
 // within memberlist's TCPTimeout.
-func (p *Peers) retryJoin(seeds []string, longest time.Duration, log *slog.Logger) {
+//
+// When the seeds are names, it goes on once joined: every longest, it
+// resolves them again and joins the addresses that are no member's (see
+// Config.Join). Nodes started together may each find only some of the
+// others in DNS, and two halves that each joined would otherwise stay
+// two clusters.
+func (p *Peers) retryJoin(longest time.Duration) {
 	defer close(p.joinDone)
+	rediscover := hasNames(p.seeds, p.port)
+	joined := p.joined() // Join got in: only rediscover
 	wait := min(100*time.Millisecond, longest)
+	if joined {
+		wait = longest
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for attempt := 2; ; attempt++ {
@@ -128,23 +163,64 @@ func (p *Peers) retryJoin(seeds []string, longest time.Duration, log *slog.Logge
 			return
 		case <-t.C:
 		}
+		if joined && p.joined() {
+			p.joinNew()
+			t.Reset(longest)
+			continue
+		}
 		n := 0
 		var err error
 		if !p.joined() { // a member may have joined this node meanwhile
-			n, err = p.ml.Join(seeds)
+			n, err = p.join()
 		}
 		if p.joined() {
-			log.Info("peers: joined cluster", "seeds_reached", n, "members", p.ml.NumMembers(), "attempts", attempt)
-			return
+			p.log.Info("peers: joined cluster", "seeds_reached", n, "members", p.ml.NumMembers(), "attempts", attempt)
+			if !rediscover {
+				return
+			}
+			joined, wait = true, longest
+			t.Reset(wait)
+			continue
 		}
 		level := slog.LevelDebug
 		if wait = min(2*wait, longest); wait == longest {
 			level = slog.LevelWarn // every longest wait from now on: the node is still alone
 		}
-		log.Log(context.Background(), level, "peers: no other node answered; running alone",
-			append(joinAttrs(seeds, err), "attempts", attempt, "retry_in", wait)...)
+		p.log.Log(context.Background(), level, "peers: no other node answered; running alone",
+			append(joinAttrs(p.seeds, err), "attempts", attempt, "retry_in", wait)...)
 		t.Reset(wait)
 	}
+}
+
+// joinNew resolves the seeds and joins the addresses among them that are
+// no alive member's gossip address.
+func (p *Peers) joinNew() {
+	addrs, err := resolveSeeds(context.Background(), p.resolver, p.seeds, p.port)
+	if err != nil {
+		p.log.Debug("peers: resolving the seeds again", "seeds", p.seeds, "err", err)
+	}
+	known := make(map[string]bool)
+	for _, m := range p.ev.cur.Load().nodes {
+		if m.state == stateAlive {
+			known[m.addr] = true
+		}
+	}
+	var unknown []string
+	for _, a := range addrs {
+		if !known[a] {
+			unknown = append(unknown, a)
+		}
+	}
+	if len(unknown) == 0 {
+		return
+	}
+	n, err := p.ml.Join(unknown)
+	level := slog.LevelDebug // seeds that are gone and not yet out of DNS
+	if n > 0 {
+		level = slog.LevelInfo
+	}
+	p.log.Log(context.Background(), level, "peers: joined seeds that were not members",
+		"seeds", unknown, "reached", n, "err", err)
 }
 
 // Self returns this node's ID.

@@ -365,8 +365,8 @@ func TestJoinFails(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"short key", Config{SecretKey: make([]byte, 15)}, "secret key is 15 bytes"},
-		{"long key", Config{SecretKey: make([]byte, 33)}, "secret key is 33 bytes"},
+		{"short key", Config{SecretKeys: [][]byte{make([]byte, 16), make([]byte, 15)}}, "secret key is 15 bytes"},
+		{"long key", Config{SecretKeys: [][]byte{make([]byte, 33)}}, "secret key is 33 bytes"},
 		{"negative weight", Config{Meta: Meta{Weight: -1}}, "negative weight"},
 		{"bad peer address", Config{Meta: Meta{Peer: "nohostport"}}, "peer address"},
 		{"meta too large", Config{Meta: Meta{Client: strings.Repeat("x", 600)}}, "meta larger"},

@@ -71,28 +71,33 @@ type versionedOrigin struct {
 
 func startVersionedOrigin(t testing.TB) *versionedOrigin {
 	o := &versionedOrigin{versions: map[string]int{}}
-	o.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := strings.TrimPrefix(r.URL.Path, "/")
-		if strings.HasPrefix(key, "n") {
-			http.NotFound(w, r)
-			return
-		}
-		o.mu.Lock()
-		v := o.versions[key]
-		o.mu.Unlock()
-		select { // the delay is the scenario: fills in flight while writes land
-		case <-time.After(time.Duration(rand.IntN(5000)) * time.Microsecond):
-		case <-r.Context().Done():
-			return
-		}
-		fmt.Fprintf(w, "o-%s-%d", key, v)
-	}))
+	o.srv = httptest.NewServer(o)
 	o.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(func() {
 		o.srv.Close()
 		o.client.CloseIdleConnections()
 	})
 	return o
+}
+
+// ServeHTTP answers GET /<key> with the key's current version (404 for
+// the counters), after a small random delay so that fills overlap writes.
+// The fault tests serve it from a listener of their own.
+func (o *versionedOrigin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key := strings.TrimPrefix(r.URL.Path, "/")
+	if strings.HasPrefix(key, "n") {
+		http.NotFound(w, r)
+		return
+	}
+	o.mu.Lock()
+	v := o.versions[key]
+	o.mu.Unlock()
+	select { // the delay is the scenario: fills in flight while writes land
+	case <-time.After(time.Duration(rand.IntN(5000)) * time.Microsecond):
+	case <-r.Context().Done():
+		return
+	}
+	fmt.Fprintf(w, "o-%s-%d", key, v)
 }
 
 func (o *versionedOrigin) origin() Origin {

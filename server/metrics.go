@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/pprof"
 
@@ -16,7 +17,6 @@ import (
 type metrics struct {
 	reg     *prometheus.Registry
 	routing *prometheus.CounterVec
-	load    *prometheus.GaugeVec
 	latency *prometheus.HistogramVec
 	// byCommand holds the latency observer of each command, resolved
 	// once so that the request path does no label lookups.
@@ -29,16 +29,12 @@ func newMetrics(s *Server) *metrics {
 		Name: "cache_routing_requests_total",
 		Help: "Reads counted once by their entry node, by the node that served them: status primary if it owns the key, displaced if the read spilled.",
 	}, []string{"node_id", "status"})
-	m.load = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "cache_node_active_load",
-		Help: "The bounded-load picker's current load for each node, as this node counts it.",
-	}, []string{"node_id"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "spillway_request_duration_seconds",
 		Help:    "Time from a request's parse to its reply being buffered, by command (forwarding and fills included).",
 		Buckets: prometheus.ExponentialBuckets(5e-6, 4, 10),
 	}, []string{"command"})
-	m.reg.MustRegister(m.routing, m.load, m.latency)
+	m.reg.MustRegister(m.routing, m.latency, loadCollector{s})
 	for c := protocol.CmdGet; c <= protocol.CmdMetaDebug; c++ {
 		m.byCommand[c] = m.latency.WithLabelValues(c.String())
 	}
@@ -89,14 +85,27 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // MetricsHandler serves Prometheus metrics at /metrics, the ring at
-// /debug/ring (JSON: members, vnodes, shares and loads) and Go's profiles
-// at /debug/pprof/.
+// /debug/ring (JSON: members, vnodes, shares and loads), Go's profiles
+// at /debug/pprof/, and probes for an orchestrator: /healthz answers 200
+// while the process answers HTTP at all (liveness), /readyz 200 while the
+// node takes clients and 503 from the moment it begins to shut down
+// (readiness: it has left the cluster and drains).
 func (s *Server) MetricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.updateLoadGauge()
-		promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
-	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if s.closing.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "shutting down\n")
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/ring", func(w http.ResponseWriter, r *http.Request) {
@@ -108,12 +117,32 @@ func (s *Server) MetricsHandler() http.Handler {
 	return mux
 }
 
-func (s *Server) updateLoadGauge() {
-	if s.cl == nil {
+// loadCollector exports the bounded-load picker's view at each scrape:
+// the load it counts towards each node of the current ring and the
+// capacity at which it passes the node over. A node that left the ring
+// leaves the series with it.
+type loadCollector struct{ s *Server }
+
+var (
+	loadDesc = prometheus.NewDesc("cache_node_active_load",
+		"The bounded-load picker's current load for each node, as this node counts it.", []string{"node_id"}, nil)
+	capacityDesc = prometheus.NewDesc("cache_node_load_capacity",
+		"The bounded-load picker's capacity for each node: (1+epsilon) times the node's share of the total load, in the unit of cache_node_active_load; a node at its capacity is passed over.",
+		[]string{"node_id"}, nil)
+)
+
+func (c loadCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- loadDesc
+	ch <- capacityDesc
+}
+
+func (c loadCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.s.cl == nil {
 		return
 	}
-	for _, l := range s.cl.picker.Loads() {
-		s.metrics.load.WithLabelValues(l.ID).Set(l.Load)
+	for _, l := range c.s.cl.picker.Loads() {
+		ch <- prometheus.MustNewConstMetric(loadDesc, prometheus.GaugeValue, l.Load, l.ID)
+		ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, l.Capacity, l.ID)
 	}
 }
 

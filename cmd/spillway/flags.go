@@ -33,11 +33,14 @@ func envPrefix(name string) string {
 	return "SPILLWAY_" + strings.ToUpper(name) + "_"
 }
 
-// parseOptions reads the environment first and the command line second,
-// so that a flag overrides its variable. -h and --help print the usage to
-// stdout and return flag.ErrHelp. The result names each option that was
-// given, by its long name, as the user gave it ("--join" or
-// "$SPILLWAY_JOIN"), for checks that need to know.
+// parseOptions reads the command line, then the environment for the
+// options the command line did not give, then the config file (if an
+// option named "config" names one) for those neither gave: a flag
+// overrides its variable, which overrides the file. -h and --help print
+// the usage to stdout and return flag.ErrHelp. The result names each
+// option that was given, by its long name, as the user gave it ("--join",
+// "$SPILLWAY_JOIN" or "spillway.yaml:3: join"), for checks that need to
+// know and for --print-config.
 func parseOptions(name, synopsis string, opts []option, args []string, stdout io.Writer) (map[string]string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -45,12 +48,6 @@ func parseOptions(name, synopsis string, opts []option, args []string, stdout io
 	given := make(map[string]string)
 	var bad error // the first value a flag refused, named as the user would
 	for _, o := range opts {
-		if v, ok := os.LookupEnv(o.env(prefix)); ok {
-			if err := o.value.Set(v); err != nil {
-				return nil, fmt.Errorf("$%s=%q: %v", o.env(prefix), v, err)
-			}
-			given[o.long] = "$" + o.env(prefix)
-		}
 		for _, n := range []string{o.long, o.short} {
 			if n != "" {
 				fs.Var(&namedValue{o.value, dashed(n), o.long, given, &bad}, n, o.usage)
@@ -71,6 +68,25 @@ func parseOptions(name, synopsis string, opts []option, args []string, stdout io
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	config := ""
+	for _, o := range opts {
+		if _, ok := given[o.long]; !ok {
+			if v, ok := os.LookupEnv(o.env(prefix)); ok {
+				if err := o.value.Set(v); err != nil {
+					return nil, fmt.Errorf("$%s=%q: %v", o.env(prefix), v, err)
+				}
+				given[o.long] = "$" + o.env(prefix)
+			}
+		}
+		if o.long == configOption {
+			config = o.value.String()
+		}
+	}
+	if config != "" {
+		if err := applyConfig(config, opts, given); err != nil {
+			return nil, err
+		}
 	}
 	return given, nil
 }

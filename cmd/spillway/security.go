@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 )
 
 // The flags that authenticate and encrypt: client TLS and the auth file,
@@ -91,10 +90,8 @@ func verifyChain(ca *x509.CertPool) func([][]byte, [][]*x509.Certificate) error 
 // peerSecrets is --peer-secret: comma-separated, the first presented.
 func (f *serveFlags) peerSecrets() [][]byte {
 	var out [][]byte
-	for _, s := range strings.Split(f.peerSecret, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, []byte(s))
-		}
+	for _, s := range splitList(f.peerSecret) {
+		out = append(out, []byte(s))
 	}
 	return out
 }

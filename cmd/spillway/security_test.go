@@ -91,7 +91,8 @@ func TestClientTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := testPKI(t, dir, "server", "client")
 	n := startNode(t, "tls", "", "--tls-cert", filepath.Join(dir, "server.pem"),
-		"--tls-key", filepath.Join(dir, "server-key.pem"), "--tls-ca", ca)
+		"--tls-key", filepath.Join(dir, "server-key.pem"), "--tls-ca", ca,
+		"--peer-secret", "s") // a cluster node: its peer port must be guarded too
 	good := tlsClient(t, dir, ca, "client")
 	mc := memcache.New(n.client)
 	mc.Timeout = 5 * time.Second

@@ -69,6 +69,9 @@ type serveFlags struct {
 	originTimeout time.Duration
 	originConc    int
 	metrics       string
+
+	config      string
+	printConfig bool
 }
 
 func (f *serveFlags) options() []option {
@@ -89,9 +92,9 @@ func (f *serveFlags) options() []option {
 		{"", "tls-ca", &stringValue{&f.tlsCA}, "PEM CA certificates: clients must present a certificate one of them signed"},
 		{"", "name", &stringValue{&f.name}, "node ID in the cluster; stable across restarts (default: this machine's hostname:GOSSIP-PORT)"},
 		{"", "gossip", &stringValue{&f.gossip}, "HOST:PORT for membership gossip (UDP and TCP); empty runs the node alone"},
-		{"", "advertise", &stringValue{&f.advertise}, "HOST or HOST:PORT the other nodes should use for gossip, client and peer traffic (for NAT or a 0.0.0.0 listener)"},
-		{"", "join", &stringValue{&f.join}, "comma-separated HOST:PORT gossip addresses of other nodes (this node's own may be among them); until one answers, the node runs alone and retries"},
-		{"", "gossip-key", &stringValue{&f.gossipKey}, "base64 key of 16, 24 or 32 bytes that encrypts gossip; the same on every node"},
+		{"", "advertise", &stringValue{&f.advertise}, "HOST or HOST:PORT the other nodes should use for gossip, client and peer traffic (for NAT or a 0.0.0.0 listener; a name is resolved once, at start)"},
+		{"", "join", &stringValue{&f.join}, "comma-separated gossip addresses of other nodes: HOST:PORT (every address HOST resolves to) or dns+srv:NAME (SRV records); this node's own may be among them; until one answers, the node runs alone and retries"},
+		{"", "gossip-key", &stringValue{&f.gossipKey}, "comma-separated base64 keys of 16, 24 or 32 bytes that encrypt gossip: the first encrypts, any decrypts (rotate: add, promote, remove)"},
 		{"", "weight", &intValue{&f.weight}, "capacity relative to the other nodes (more vnodes, more load)"},
 		{"", "peer-listen", &stringValue{&f.peerListen}, "HOST:PORT for requests from other nodes (default: the client port + 10000, on the client host, or on --advertise's host when the client listens on every interface)"},
 		{"", "epsilon", &floatValue{&f.epsilon}, "bounded-load slack: no node gets more than (1+epsilon) times the mean load; inf turns it off"},
@@ -114,6 +117,8 @@ func (f *serveFlags) options() []option {
 		{"", "origin-timeout", &durationValue{&f.originTimeout}, "timeout of one origin load"},
 		{"", "origin-concurrency", &intValue{&f.originConc}, "most origin loads at once from this node"},
 		{"", "metrics", &stringValue{&f.metrics}, "HOST:PORT serving Prometheus /metrics, /debug/ring and /debug/pprof/ (empty: off)"},
+		{"", configOption, &stringValue{&f.config}, "YAML file of settings named as the long flags (memory-limit: 1024); the environment and the command line override it"},
+		{"", "print-config", &boolValue{&f.printConfig}, "print the settings in effect, where each came from and secrets masked, and exit"},
 	}
 }
 
@@ -192,25 +197,39 @@ func (f *serveFlags) check(given map[string]string) error {
 	if (f.authFile != "" || f.tlsCA != "") && f.peerSecret == "" && f.peerTLSCert == "" {
 		return errors.New("--auth-file and --tls-ca guard the client port only: the peer port would serve the same keys to anyone who reaches it; set --peer-secret or --peer-tls-cert too")
 	}
-	if f.gossipKey != "" {
-		if _, err := f.secretKey(); err != nil {
-			return err
-		}
+	if _, err := f.secretKeys(); err != nil {
+		return err
 	}
 	_, err := pickerConfig(f.epsilon, f.load, f.spillOrder)
 	return err
 }
 
-// secretKey decodes --gossip-key.
-func (f *serveFlags) secretKey() ([]byte, error) {
-	key, err := base64.StdEncoding.DecodeString(f.gossipKey)
-	if err != nil {
-		return nil, fmt.Errorf("--gossip-key: not base64: %w", err)
+// secretKeys decodes --gossip-key: a comma-separated list, the first key
+// to encrypt with and all to decrypt (see peers.Config.SecretKeys).
+func (f *serveFlags) secretKeys() ([][]byte, error) {
+	var keys [][]byte
+	for i, s := range splitList(f.gossipKey) {
+		key, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("--gossip-key: key %d is not base64: %w", i+1, err)
+		}
+		if n := len(key); n != 16 && n != 24 && n != 32 {
+			return nil, fmt.Errorf("--gossip-key: key %d decodes to %d bytes; want 16, 24 or 32 (e.g. head -c32 /dev/urandom | base64)", i+1, n)
+		}
+		keys = append(keys, key)
 	}
-	if n := len(key); n != 16 && n != 24 && n != 32 {
-		return nil, fmt.Errorf("--gossip-key: decodes to %d bytes; want 16, 24 or 32 (e.g. head -c32 /dev/urandom | base64)", n)
+	return keys, nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
 	}
-	return key, nil
+	return out
 }
 
 // nodeName is --name, else this machine's hostname and the gossip port
@@ -250,11 +269,17 @@ func serve(args []string, stdout, stderr io.Writer) error {
 	if err := f.check(given); err != nil {
 		return err
 	}
+	name := f.nodeName()
+	if f.printConfig {
+		if _, ok := given["name"]; !ok && name != "" {
+			f.name, given["name"] = name, "default: this machine's hostname:GOSSIP-PORT"
+		}
+		return printConfig(stdout, f.options(), given)
+	}
 	log, err := f.logger(stderr)
 	if err != nil {
 		return err
 	}
-	name := f.nodeName()
 	if name != "" {
 		f.name = name
 		log = log.With("self", name)
@@ -286,6 +311,9 @@ func (f *serveFlags) run(log *slog.Logger) (err error) {
 		if cfg.Origin, err = server.ParseOrigin(f.origin, int(f.maxItemSize)); err != nil {
 			return err
 		}
+	}
+	if err := f.resolveAdvertise(); err != nil {
+		return err
 	}
 	if f.authFile != "" {
 		if cfg.Users, err = server.ReadAuthFile(f.authFile); err != nil {
@@ -489,15 +517,9 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 	if loopback.Is(ghost) {
 		pc.Profile = peers.Local
 	}
-	for _, j := range strings.Split(f.join, ",") {
-		if j = strings.TrimSpace(j); j != "" {
-			pc.Join = append(pc.Join, j)
-		}
-	}
-	if f.gossipKey != "" {
-		if pc.SecretKey, err = f.secretKey(); err != nil {
-			return nil, err
-		}
+	pc.Join = splitList(f.join)
+	if pc.SecretKeys, err = f.secretKeys(); err != nil {
+		return nil, err
 	}
 	pc.Meta = peers.Meta{Client: advertised(client, advHost), Peer: advertised(peer, advHost), Weight: max(f.weight, 1)}
 
@@ -518,6 +540,34 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 
 		InvalidateTimeout: f.invalidate,
 	}, nil
+}
+
+// resolveAdvertise replaces a name in --advertise by its address
+// (an IPv4 one if it has one), for gossip advertises an IP: in a
+// container, --advertise $HOSTNAME names the container's own address.
+func (f *serveFlags) resolveAdvertise() error {
+	host, port, _ := splitPort(f.advertise, -1)
+	if host == "" || net.ParseIP(host) != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupIP(ctx, "ip", host)
+	if err != nil {
+		return fmt.Errorf("--advertise: %w", err)
+	}
+	ip := ips[0]
+	for _, a := range ips {
+		if a.To4() != nil {
+			ip = a
+			break
+		}
+	}
+	f.advertise = ip.String()
+	if port >= 0 {
+		f.advertise = net.JoinHostPort(f.advertise, strconv.Itoa(port))
+	}
+	return nil
 }
 
 // splitPort splits HOST:PORT, or takes HOST with a default port.
