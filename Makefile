@@ -3,8 +3,9 @@ GO       ?= go
 BIN      := bin/spillway
 FUZZTIME ?= 60s
 # Debian packages the interop tests drive: a reference memcached, real
-# clients, and Prometheus (promtool and a server, for deploy's tests).
-TEST_PKGS := memcached libmemcached-tools python3-pymemcache prometheus
+# clients (the binary protocol's among them), and Prometheus (promtool and
+# a server, for deploy's tests).
+TEST_PKGS := memcached libmemcached-tools python3-pymemcache prometheus php-cli php-memcached ruby ruby-dalli
 
 .PHONY: build run test test-deps test-coherence test-faults bench fuzz vet clean
 
@@ -34,6 +35,8 @@ test-deps:
 	command -v memcached >/dev/null || missing="$$missing memcached"; \
 	command -v memccapable >/dev/null || missing="$$missing libmemcached-tools"; \
 	/usr/bin/python3 -c 'import pymemcache' 2>/dev/null || missing="$$missing python3-pymemcache"; \
+	php -r 'exit(class_exists("Memcached") ? 0 : 1);' 2>/dev/null || missing="$$missing php-cli php-memcached"; \
+	ruby -e 'require "dalli"' 2>/dev/null || missing="$$missing ruby ruby-dalli"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -89,6 +92,7 @@ fuzz:
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzReader$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzReadReply$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzRequestRoundTrip$$' ./protocol/
+	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzBinary$$' ./protocol/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzPick$$' ./ring/
 	$(GO) test $(FUZZFLAGS) -fuzz '^FuzzRequestLines$$' ./peers/wire/
 

@@ -1,7 +1,7 @@
 // Package protocol reads requests and writes replies in memcached's text
-// protocol, classic and meta, byte for byte as memcached 1.6.18 does. It
-// does no I/O of its own beyond the io.Reader and io.Writer it is given,
-// and knows nothing of storage or routing.
+// protocol, classic and meta, and in its binary protocol, byte for byte as
+// memcached 1.6.18 does. It does no I/O of its own beyond the io.Reader
+// and io.Writer it is given, and knows nothing of storage or routing.
 //
 // A connection loop pairs a Reader with a Writer:
 //
@@ -82,6 +82,18 @@
 // data block is not skipped: memcached reads it as the next command, and
 // so does Reader.
 //
+// # Binary protocol
+//
+// A connection whose first byte is BinaryMagic (Reader.IsBinary) speaks
+// the binary protocol for its whole life, as in memcached. Reader.ReadBinary
+// reads its requests, checking every length as memcached does (the shapes
+// are listed in binary.go); BinaryRequest.Twin turns each into the meta or
+// text request that does the same (binary_twin.go), which a server runs as
+// it runs any other, and Writer.BinaryReply writes the twin's reply as the
+// binary response: memcached's status, quiet commands answered only on an
+// error or a hit, the opaque echoed, the CAS returned. Reading a request
+// allocates nothing but a storage command's value.
+//
 // # Where it differs from memcached
 //
 //   - An unterminated gat/gats line may grow past MaxLineLen like get/gets
@@ -94,6 +106,10 @@
 //     bytes smaller.
 //   - ma with an opaque token over 31 bytes is refused before the
 //     arithmetic; memcached refuses it after doing it.
+//   - Binary: an unknown command's body is skipped exactly (memcached
+//     skips bodylen bytes after its extras and key, eating into the next
+//     request), and an exptime after January 2038 (over 2^31-1) is taken
+//     as 2^31-1.
 //
 // # Memory
 //
@@ -104,7 +120,8 @@
 //
 // # Left out
 //
-// The binary protocol, SASL/auth, UDP framing, and memcached's
+// SASL/auth (binary SASL requests are "Unknown command", as in a
+// memcached started without -S), UDP framing, and memcached's
 // administrative commands (slabs, lru, lru_crawler, watch, cache_memlimit,
 // extstore, ...), which get "ERROR" ("shutdown" gets memcached's "ERROR:
 // shutdown not enabled"). The meta flags of later memcached releases (E,

@@ -105,6 +105,8 @@ func Fatal(err error) bool {
 		return false
 	case *protoError:
 		return e.fatal
+	case *binaryError:
+		return e.fatal
 	}
 	var pe *protoError
 	if errors.As(err, &pe) {

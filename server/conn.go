@@ -55,6 +55,10 @@ type conn struct {
 	// gone is set when a write to the connection failed or Shutdown closed
 	// it: a request under way stops working for it (awaitable).
 	gone atomic.Bool
+	// negotiated is set once the first byte chose the protocol; bin is
+	// set if it chose the binary protocol (binary.go).
+	negotiated bool
+	bin        *binaryConn
 	// keyLock is the ownership lock of the key the request being handled
 	// writes, held from claimWrite until the write is stored.
 	keyLock *sync.RWMutex
@@ -210,6 +214,12 @@ func (c *conn) serve() {
 			if s.stopping(c.peer) || !c.awaitInput() {
 				return
 			}
+		}
+		if c.binary() {
+			if !c.serveBinary() {
+				return
+			}
+			continue
 		}
 		err := c.r.Read(&c.req)
 		if !c.authed && !c.peer && s.cfg.Users != nil && !protocol.Fatal(err) {

@@ -402,7 +402,9 @@ func (c *conn) metaArith(req *protocol.Request) {
 		}
 		return cur, true, nil
 	})
-	c.countIncr(err, decr)
+	if !created { // memcached counts neither a hit nor a miss for an item N creates
+		c.countIncr(err, decr)
+	}
 	if err == nil {
 		c.written(req.Key)
 	}
