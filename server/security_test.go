@@ -1,7 +1,9 @@
 package server
 
 import (
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -99,4 +101,41 @@ func TestPeerUnauthenticatedLimit(t *testing.T) {
 			t.Fatalf("a node with the secret, while intruders hold connections: %q, %v", r.Line, err)
 		}
 	})
+}
+
+// A real client authenticates the way memcached -Y expects, with a set
+// whose value is "user password", then works; before that it is refused.
+func TestAuthPymemcache(t *testing.T) {
+	python := requirePythonModule(t, "pymemcache", "python3-pymemcache")
+	file := filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(file, []byte("alice:wonder\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	users, err := ReadAuthFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := startServer(t, Config{Users: users})
+	host, port, _ := net.SplitHostPort(addr)
+	script := `
+import sys
+from pymemcache.client.base import Client
+from pymemcache.exceptions import MemcacheClientError
+c = Client((sys.argv[1], int(sys.argv[2])), connect_timeout=5, timeout=5)
+try:
+    c.get("k")
+    raise SystemExit("a get before authenticating was answered")
+except MemcacheClientError as e:
+    assert "unauthenticated" in str(e), e
+c.close()
+c = Client((sys.argv[1], int(sys.argv[2])), connect_timeout=5, timeout=5)
+assert c.set("auth", "alice wonder", noreply=False)
+assert c.set("k", b"v", noreply=False)
+assert c.get("k") == b"v"
+print("pymemcache auth ok")
+`
+	out, err := exec.Command(python, "-c", script, host, port).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "pymemcache auth ok") {
+		t.Fatalf("pymemcache with -Y: %v\n%s", err, out)
+	}
 }
