@@ -2,90 +2,234 @@ package store
 
 import "time"
 
-// The memcached commands. Each runs under its key's stripe mutex (see
-// Store.modify), so that its read and its write are one atomic step.
+// The memcached commands. Each is one writeOp that the engine runs under
+// its key's lock (engine.write), handing the key's live record to
+// Store.apply, so that a command's read and its write are one atomic step.
+// apply is the only place that knows what the commands mean.
 
-// expiry is the entry form of it.Expires.
+// rec is a stored item as apply sees it. value aliases the engine's memory
+// (or, for a record apply makes, the caller's): it is good only while the
+// key's lock is held.
+type rec struct {
+	value []byte
+	exp   int64 // Unix nanoseconds; 0 never
+	cas   uint64
+	seq   uint64 // store sequence at the write (Store.seq)
+	flags uint32
+	bits  uint32 // metaBits: stateStale, stateWon, stateFetched
+}
+
+type opKind uint8
+
+const (
+	opSet opKind = iota
+	opPut
+	opAdd
+	opReplace
+	opAppend
+	opPrepend
+	opCAS
+	opIncr
+	opTouch
+	opUpdate
+	opDelete
+)
+
+// writeOp is one command, passed by value so that it stays on the stack.
+type writeOp struct {
+	kind  opKind
+	it    Item   // the item to store; opTouch: it.Expires
+	delta uint64 // opIncr
+	decr  bool   // opIncr
+	// fn is opUpdate's function.
+	fn func(cur Item, ok bool) (next Item, store bool, err error)
+}
+
+// lookup reports whether the op depends on the current item. Set and Put
+// do not, and do not count as an access to it (ristretto's TinyLFU).
+func (op *writeOp) lookup() bool { return op.kind != opSet && op.kind != opPut }
+
+// returnsItem reports whether the caller gets the resulting item back.
+func (op *writeOp) returnsItem() bool { return op.kind == opTouch || op.kind == opUpdate }
+
+// outcome is what a write did. apply fills in all but item, which the
+// engine makes from what it stored (or from the current record when an
+// Update stored nothing), in memory the caller may keep.
+type outcome struct {
+	next    rec  // to store, if store
+	store   bool // store next
+	remove  bool // delete the key's item (opDelete)
+	err     error
+	n       uint64 // opIncr: the new number
+	fetched bool   // opTouch: the item had been fetched before
+	item    Item   // opTouch, opUpdate
+}
+
+// expiry is the record form of it.Expires.
 func expiry(it *Item) int64 { return unixNanos(it.Expires) }
+
+// fresh is the record of a new write of it, with a new CAS unique.
+func (s *Store) fresh(it *Item) rec { return s.record(it, s.unique()) }
+
+// record is the record of a write of it with the given CAS unique.
+func (s *Store) record(it *Item, cas uint64) rec {
+	return rec{value: it.Value, flags: it.Flags, exp: expiry(it), cas: cas, seq: s.seq.Load(), bits: bitsOf(it)}
+}
+
+// apply is op's meaning: given key's live record cur (nil if absent,
+// expired or flushed), what to store. It runs under the key's lock.
+func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
+	var o outcome
+	it := &op.it
+	switch op.kind {
+	case opSet:
+		o.next = s.fresh(it)
+	case opPut:
+		o.next = s.record(it, it.CAS)
+	case opAdd:
+		if cur != nil {
+			o.err = ErrNotStored
+			return o
+		}
+		o.next = s.fresh(it)
+	case opReplace:
+		if cur == nil {
+			o.err = ErrNotStored
+			return o
+		}
+		o.next = s.fresh(it)
+	case opAppend, opPrepend:
+		if cur == nil {
+			o.err = ErrNotStored
+			return o
+		}
+		v := make([]byte, 0, len(cur.value)+len(it.Value))
+		if op.kind == opPrepend {
+			v = append(append(v, it.Value...), cur.value...)
+		} else {
+			v = append(append(v, cur.value...), it.Value...)
+		}
+		o.next = rec{value: v, flags: cur.flags, exp: cur.exp, cas: s.unique(), seq: s.seq.Load()}
+	case opCAS:
+		switch {
+		case cur == nil:
+			o.err = ErrNotFound
+			return o
+		case cur.cas != it.CAS:
+			o.err = ErrExists
+			return o
+		}
+		o.next = s.fresh(it)
+	case opIncr:
+		if cur == nil {
+			o.err = ErrNotFound
+			return o
+		}
+		// The digits get an allocation of their own: a buffer on the
+		// engine's stack would escape with every write's outcome.
+		n, num, err := AddDelta(nil, cur.value, op.delta, op.decr)
+		if err != nil {
+			o.err = err
+			return o
+		}
+		o.n = n
+		var bits uint32
+		if len(num) == len(cur.value) {
+			// memcached rewrites the item in place, keeping its flags.
+			bits = cur.bits
+		}
+		o.next = rec{value: num, flags: cur.flags, exp: cur.exp, cas: s.unique(), seq: s.seq.Load(), bits: bits}
+	case opTouch:
+		if cur == nil {
+			o.err = ErrNotFound
+			return o
+		}
+		// Not a modification: the CAS unique and sequence stay.
+		o.fetched = cur.bits&stateFetched != 0
+		o.next = *cur
+		o.next.exp = expiry(it)
+		o.next.bits |= stateFetched
+	case opUpdate:
+		var curItem Item
+		if cur != nil {
+			curItem = cur.item(key)
+		}
+		next, store, err := op.fn(curItem, cur != nil)
+		if err != nil || !store {
+			o.err = err
+			return o
+		}
+		if next.KeepCAS {
+			o.next = s.record(&next, next.CAS)
+		} else {
+			o.next = s.fresh(&next)
+		}
+	case opDelete:
+		if cur == nil {
+			o.err = ErrNotFound
+			return o
+		}
+		o.remove = true
+		return o
+	}
+	o.store = true
+	return o
+}
+
+// item is r as the caller sees it; Value aliases r.value.
+func (r *rec) item(key string) Item {
+	it := Item{
+		Key:     key,
+		Value:   r.value,
+		Flags:   r.flags,
+		CAS:     r.cas,
+		Stale:   r.bits&stateStale != 0,
+		Won:     r.bits&stateWon != 0,
+		Fetched: r.bits&stateFetched != 0,
+	}
+	if r.exp != 0 {
+		it.Expires = time.Unix(0, r.exp)
+	}
+	return it
+}
 
 // Set stores it unconditionally and returns its new CAS unique. it.CAS is
 // ignored.
 func (s *Store) Set(it Item) (cas uint64) {
-	e := s.overwrite(it.Key, func(_ *entry, _ int64) (*entry, error) {
-		n := s.nextSeq()
-		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), s.casFor(n), n, bitsOf(&it)), nil
-	})
-	return e.cas
+	return s.write(it.Key, writeOp{kind: opSet, it: it}).next.cas
 }
 
 // Put stores it as it is, keeping it.CAS: for copies of items another node
 // owns, whose CAS uniques clients must keep seeing.
 func (s *Store) Put(it Item) {
-	s.overwrite(it.Key, func(_ *entry, _ int64) (*entry, error) {
-		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), it.CAS, s.nextSeq(), bitsOf(&it)), nil
-	})
+	s.write(it.Key, writeOp{kind: opPut, it: it})
 }
 
 // Add stores it only if the key holds no live item; otherwise ErrNotStored.
-func (s *Store) Add(it Item) (uint64, error) {
-	return s.casOf(s.modify(it.Key, func(cur *entry, _ int64) (*entry, error) {
-		if cur != nil {
-			return nil, ErrNotStored
-		}
-		n := s.nextSeq()
-		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), s.casFor(n), n, bitsOf(&it)), nil
-	}))
-}
+func (s *Store) Add(it Item) (uint64, error) { return s.store(opAdd, it) }
 
 // Replace stores it only if the key holds a live item; otherwise
 // ErrNotStored.
-func (s *Store) Replace(it Item) (uint64, error) {
-	return s.casOf(s.modify(it.Key, func(cur *entry, _ int64) (*entry, error) {
-		if cur == nil {
-			return nil, ErrNotStored
-		}
-		n := s.nextSeq()
-		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), s.casFor(n), n, bitsOf(&it)), nil
-	}))
-}
+func (s *Store) Replace(it Item) (uint64, error) { return s.store(opReplace, it) }
 
 // Append adds it.Value after the live item's value, keeping its flags and
 // expiry; ErrNotStored if there is none. Only it.Key and it.Value are used.
-func (s *Store) Append(it Item) (uint64, error) { return s.concat(it, false) }
+func (s *Store) Append(it Item) (uint64, error) { return s.store(opAppend, it) }
 
 // Prepend adds it.Value before the live item's value; see Append.
-func (s *Store) Prepend(it Item) (uint64, error) { return s.concat(it, true) }
-
-func (s *Store) concat(it Item, prepend bool) (uint64, error) {
-	return s.casOf(s.modify(it.Key, func(cur *entry, _ int64) (*entry, error) {
-		if cur == nil {
-			return nil, ErrNotStored
-		}
-		old := cur.value()
-		v := make([]byte, 0, len(old)+len(it.Value))
-		if prepend {
-			v = append(append(v, it.Value...), old...)
-		} else {
-			v = append(append(v, old...), it.Value...)
-		}
-		n := s.nextSeq()
-		return newEntry(it.Key, v, cur.flags, cur.exp, s.casFor(n), n, 0), nil
-	}))
-}
+func (s *Store) Prepend(it Item) (uint64, error) { return s.store(opPrepend, it) }
 
 // CompareAndSwap stores it if the live item's CAS unique is it.CAS:
 // ErrNotFound if there is no live item, ErrExists if it was modified since.
-func (s *Store) CompareAndSwap(it Item) (uint64, error) {
-	return s.casOf(s.modify(it.Key, func(cur *entry, _ int64) (*entry, error) {
-		switch {
-		case cur == nil:
-			return nil, ErrNotFound
-		case cur.cas != it.CAS:
-			return nil, ErrExists
-		}
-		n := s.nextSeq()
-		return newEntry(it.Key, it.Value, it.Flags, expiry(&it), s.casFor(n), n, bitsOf(&it)), nil
-	}))
+func (s *Store) CompareAndSwap(it Item) (uint64, error) { return s.store(opCAS, it) }
+
+// store runs a storage command and returns the new item's CAS unique.
+func (s *Store) store(kind opKind, it Item) (uint64, error) {
+	o := s.write(it.Key, writeOp{kind: kind, it: it})
+	if o.err != nil {
+		return 0, o.err
+	}
+	return o.next.cas, nil
 }
 
 // Incr adds delta to the item's decimal value (wrapping at 2^64), or with
@@ -94,73 +238,35 @@ func (s *Store) CompareAndSwap(it Item) (uint64, error) {
 // ParseCounter). The item gets a new CAS unique; a result not longer than
 // the old value is padded with spaces to its length, as memcached does.
 func (s *Store) Incr(key string, delta uint64, decr bool) (uint64, error) {
-	var n uint64
-	_, err := s.modify(key, func(cur *entry, _ int64) (*entry, error) {
-		if cur == nil {
-			return nil, ErrNotFound
-		}
-		old := cur.value()
-		var buf [32]byte // most counters fit: no allocation
-		v, num, err := AddDelta(buf[:0], old, delta, decr)
-		if err != nil {
-			return nil, err
-		}
-		n = v
-		sq := s.nextSeq()
-		var bits uint32
-		if len(num) == len(old) {
-			// memcached rewrites the item in place, keeping its flags.
-			bits = cur.bits()
-		}
-		return newEntry(key, num, cur.flags, cur.exp, s.casFor(sq), sq, bits), nil
-	})
-	return n, err
+	o := s.write(key, writeOp{kind: opIncr, delta: delta, decr: decr})
+	return o.n, o.err
 }
 
 // Touch sets the live item's expiry, marks it fetched and returns it,
 // keeping its CAS unique (memcached's touch and gat do not change it);
 // ErrNotFound if there is none. An expiry in the past deletes the item.
+// The returned item's Fetched says whether it had been fetched before.
 func (s *Store) Touch(key string, exp time.Time) (Item, error) {
-	var fetched bool
-	e, err := s.modify(key, func(cur *entry, _ int64) (*entry, error) {
-		if cur == nil {
-			return nil, ErrNotFound
-		}
-		fetched = cur.bits()&stateFetched != 0
-		return newEntryKV(cur.kv, cur.klen(), cur.flags, unixNanos(exp), cur.cas, cur.seq, cur.bits()|stateFetched), nil
-	})
-	if err != nil {
-		return Item{}, err
+	o := s.write(key, writeOp{kind: opTouch, it: Item{Expires: exp}})
+	if o.err != nil {
+		return Item{}, o.err
 	}
-	it := e.item()
-	it.Fetched = fetched
-	return it, nil
+	o.item.Fetched = o.fetched
+	return o.item, nil
 }
 
 // Delete removes the key's live item; ErrNotFound if there is none.
 func (s *Store) Delete(key string) error {
-	h := s.hash(key)
-	st := s.stripe(h)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	now := s.now()
-	s.flush.advance(now, s.seq.Load)
-	cur := s.find(st, key, h)
-	if cur == nil || !s.deleteLocked(st, key, h) {
-		return ErrNotFound
-	}
-	if expired, flushed := s.invalid(cur, now); expired || flushed {
-		s.ctr.reclaimed.Add(1)
-		return ErrNotFound
-	}
-	return nil
+	return s.write(key, writeOp{kind: opDelete}).err
 }
 
 // Flush invalidates every item stored before now+delay, at now+delay
-// (memcached's flush_all [delay]); a delay of zero or less flushes now. The
-// items' memory is reclaimed as they are met or evicted.
+// (memcached's flush_all [delay]); a delay of zero or less flushes now.
+// The engine reclaims the items' memory as it meets them (Ristretto) or in
+// the background (Segments).
 func (s *Store) Flush(delay time.Duration) {
-	s.flush.flush(s.now(), delay, s.seq.Load())
+	s.flush.flush(s.now(), delay, s.Seq)
+	s.eng.flushed()
 }
 
 // Update runs fn under the key's lock: the general atomic read-modify-write
@@ -168,49 +274,16 @@ func (s *Store) Flush(delay time.Duration) {
 // expired or flushed) and returns the item to store, or store=false to leave
 // the key as it is. The stored item gets a new CAS unique unless
 // next.KeepCAS; its key is always key, its Stale, Won and Fetched are stored
-// as given, and an Expires in the past deletes it. Update returns the stored item, or the current one (zero if none) when
-// nothing was stored; fn's error is returned as-is. fn must not call the
-// Store.
+// as given, and an Expires in the past deletes it. Update returns the
+// stored item, or the current one (zero if none) when nothing was stored;
+// fn's error is returned as-is. fn must not call the Store, nor keep
+// cur.Value after it returns.
 func (s *Store) Update(key string, fn func(cur Item, ok bool) (next Item, store bool, err error)) (Item, error) {
-	var out Item
-	_, err := s.modify(key, func(cur *entry, _ int64) (*entry, error) {
-		var curItem Item
-		if cur != nil {
-			curItem = cur.item()
-		}
-		next, store, err := fn(curItem, cur != nil)
-		if err != nil || !store {
-			out = curItem
-			return nil, err
-		}
-		sq := s.nextSeq()
-		cas := s.casFor(sq)
-		if next.KeepCAS {
-			cas = next.CAS
-		}
-		var e *entry
-		if cur != nil && sameBytes(next.Value, cur.value()) {
-			// Only metadata changed: share the key and value bytes.
-			e = newEntryKV(cur.kv, cur.klen(), next.Flags, expiry(&next), cas, sq, bitsOf(&next))
-		} else {
-			e = newEntry(key, next.Value, next.Flags, expiry(&next), cas, sq, bitsOf(&next))
-		}
-		out = e.item()
-		return e, nil
-	})
-	return out, err
+	o := s.write(key, writeOp{kind: opUpdate, fn: fn})
+	return o.item, o.err
 }
 
-// casOf adapts modify's result to the (cas, error) the storage commands
-// return.
-func (s *Store) casOf(e *entry, err error) (uint64, error) {
-	if err != nil {
-		return 0, err
-	}
-	return e.cas, nil
-}
-
-// bitsOf is the entry form of it's meta flags.
+// bitsOf is the record form of it's meta flags.
 func bitsOf(it *Item) uint32 {
 	var b uint32
 	if it.Stale {

@@ -67,8 +67,9 @@ func TestReadYourWrites(t *testing.T) {
 	if st.CurrItems != want || st.Evictions != 0 || st.Rejections != 0 {
 		t.Fatalf("Stats = %+v, want %d items and no evictions", st, want)
 	}
-	for i := range s.stripes {
-		if n := s.stripes[i].npending.Load(); n != 0 {
+	r := s.eng.(*ristrettoEngine)
+	for i := range r.stripes {
+		if n := r.stripes[i].npending.Load(); n != 0 {
 			t.Fatalf("stripe %d still has %d overlay entries after settling", i, n)
 		}
 	}

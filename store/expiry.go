@@ -41,12 +41,13 @@ type flusher struct {
 	deadline  atomic.Int64  // pending delayed flush, Unix nanoseconds; 0 none
 }
 
-// flush schedules a flush at now+delay; seq is the current store sequence.
-// A new flush replaces a pending delayed one, as in memcached.
-func (f *flusher) flush(now int64, delay time.Duration, seq uint64) {
+// flush schedules a flush at now+delay; seq reads the store sequence
+// (Store.Seq), called only for a flush that takes effect now. A new flush
+// replaces a pending delayed one, as in memcached.
+func (f *flusher) flush(now int64, delay time.Duration, seq func() uint64) {
 	if delay <= 0 {
 		f.deadline.Store(0)
-		f.raise(seq)
+		f.raise(seq())
 		return
 	}
 	f.deadline.Store(now + int64(delay))
@@ -76,11 +77,3 @@ func (f *flusher) raise(mark uint64) {
 }
 
 func (f *flusher) pending() bool { return f.deadline.Load() != 0 }
-
-// invalid reports why e is not visible at now: expired, flushed, or neither.
-func (f *flusher) invalid(e *entry, now int64) (expired, flushed bool) {
-	if e.seq <= f.watermark.Load() {
-		return false, true
-	}
-	return e.exp != 0 && e.exp <= now, false
-}

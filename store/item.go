@@ -123,6 +123,11 @@ func (e *entry) value() []byte {
 // cost is what the item is charged against MaxBytes.
 func (e *entry) cost() int64 { return int64(len(e.kv)) + ItemOverhead }
 
+// rec is e as Store.apply sees it.
+func (e *entry) rec() rec {
+	return rec{value: e.value(), exp: e.exp, cas: e.cas, seq: e.seq, flags: e.flags, bits: e.bits()}
+}
+
 // item converts e to the caller's view.
 func (e *entry) item() Item {
 	st := e.state.Load()

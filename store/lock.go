@@ -73,17 +73,17 @@ func (st *stripe) pendingDrop(key string, e *entry) {
 	st.pmu.Unlock()
 }
 
-func (s *Store) stripe(h uint64) *stripe { return &s.stripes[h>>56] }
+func (r *ristrettoEngine) stripe(h uint64) *stripe { return &r.stripes[h>>56] }
 
 // find returns the newest entry written for key, valid or not: the overlay
 // first (it is newer than anything ristretto holds for the key), then
 // ristretto. A gone overlay entry was refused or evicted: ristretto cannot
 // hold an older version, since the entry went in as a new key.
-func (s *Store) find(st *stripe, key string, h uint64) *entry {
+func (r *ristrettoEngine) find(st *stripe, key string, h uint64) *entry {
 	if e := st.pendingGet(key); e != nil && !e.gone() {
 		return e
 	}
-	if e, ok := s.cache.Get(h); ok && e.key() == key {
+	if e, ok := r.cache.Get(h); ok && e.key() == key {
 		return e
 	}
 	return nil
@@ -92,12 +92,12 @@ func (s *Store) find(st *stripe, key string, h uint64) *entry {
 // settled reports whether ristretto is done with the overlay entry e: it is
 // in the map (counted now), or it was refused or has already left it. h is
 // the hash of e's key.
-func (s *Store) settled(e *entry, h uint64) bool {
+func (r *ristrettoEngine) settled(e *entry, h uint64) bool {
 	if e.gone() {
 		return true
 	}
-	if s.present(h) {
-		s.countLive(e)
+	if r.present(h) {
+		r.countLive(e)
 		return true
 	}
 	return false
@@ -109,8 +109,8 @@ func (s *Store) settled(e *entry, h uint64) bool {
 // admission contest. While a key has an overlay entry, writes to it wait for
 // it to settle, so only that entry can have appeared under h (barring a
 // 64-bit hash collision).
-func (s *Store) present(h uint64) bool {
-	_, ok := s.cache.GetTTL(h)
+func (r *ristrettoEngine) present(h uint64) bool {
+	_, ok := r.cache.GetTTL(h)
 	return ok
 }
 
@@ -120,14 +120,14 @@ func (s *Store) present(h uint64) bool {
 // would run before the buffered insert it is meant to remove. Waiting costs
 // one trip through ristretto's buffer, only for keys written twice within
 // that time.
-func (s *Store) settleKeyLocked(st *stripe, key string, h uint64) {
+func (r *ristrettoEngine) settleKeyLocked(st *stripe, key string, h uint64) {
 	e := st.pendingGet(key)
 	if e == nil {
 		return
 	}
-	if !s.settled(e, h) {
-		s.cache.Wait()
-		s.settled(e, h) // now admitted or gone; counts it if admitted
+	if !r.settled(e, h) {
+		r.cache.Wait()
+		r.settled(e, h) // now admitted or gone; counts it if admitted
 	}
 	st.pendingDrop(key, e)
 }
@@ -136,29 +136,29 @@ func (s *Store) settleKeyLocked(st *stripe, key string, h uint64) {
 // looking at the overlay and Stats counts new items soon after the writes.
 // Each round waits once for ristretto's buffer, which covers every entry
 // added before it; entries added meanwhile kick off another round.
-func (s *Store) janitor() {
-	defer close(s.janitorDone)
+func (r *ristrettoEngine) janitor() {
+	defer close(r.janitorDone)
 	for {
 		select {
-		case <-s.stop:
+		case <-r.stop:
 			return
-		case <-s.kick:
+		case <-r.kick:
 		}
-		s.cache.Wait()
-		s.settleAll()
+		r.cache.Wait()
+		r.settleAll()
 	}
 }
 
 // settleAll drops every settled overlay entry.
-func (s *Store) settleAll() {
-	for i := range s.stripes {
-		st := &s.stripes[i]
+func (r *ristrettoEngine) settleAll() {
+	for i := range r.stripes {
+		st := &r.stripes[i]
 		if st.npending.Load() == 0 {
 			continue
 		}
 		st.pmu.Lock()
 		for key, e := range st.pending {
-			if s.settled(e, s.hash(key)) {
+			if r.settled(e, r.s.hash(key)) {
 				delete(st.pending, key)
 			}
 		}
@@ -172,9 +172,9 @@ func (s *Store) settleAll() {
 }
 
 // kickJanitor wakes the janitor without blocking.
-func (s *Store) kickJanitor() {
+func (r *ristrettoEngine) kickJanitor() {
 	select {
-	case s.kick <- struct{}{}:
+	case r.kick <- struct{}{}:
 	default:
 	}
 }

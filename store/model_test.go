@@ -98,7 +98,11 @@ func testAgainstModel(t *testing.T, seed uint64, steps int) {
 			}
 		case 4, 5:
 			prepend := op == 5
-			cas, err := s.concat(Item{Key: key, Value: []byte(val)}, prepend)
+			concat := s.Append
+			if prepend {
+				concat = s.Prepend
+			}
+			cas, err := concat(Item{Key: key, Value: []byte(val)})
 			if ok == errors.Is(err, ErrNotStored) {
 				fail("append/prepend: %v, model has item: %v", err, ok)
 			}

@@ -1,21 +1,22 @@
 package store
 
-import (
-	"sync/atomic"
-
-	"github.com/dgraph-io/ristretto/v2"
-)
+import "sync/atomic"
 
 // Stats is a snapshot of the store's counters, named after memcached's
 // "stats" fields where one exists.
 type Stats struct {
 	CurrItems  int64  // curr_items: items held, including expired or flushed ones not yet reclaimed (as memcached)
 	TotalItems uint64 // total_items: successful stores (set, add, replace, append, prepend, cas, incr/decr, Put, Update)
-	Bytes      int64  // bytes: what the current items are charged: key + value + ItemOverhead each
+	// Bytes is bytes: what the current items are charged. Ristretto: key +
+	// value + ItemOverhead each. Segments: key, value and item header,
+	// as stored.
+	Bytes int64
 
-	Evictions  uint64 // evictions: items removed to make room for others
-	Rejections uint64 // new items ristretto's admission policy (TinyLFU) refused when full; memcached has none
-	Reclaimed  uint64 // expired or flushed items removed when read
+	Evictions        uint64 // evictions: items removed to make room for others
+	EvictedUnfetched uint64 // evicted_unfetched: evicted items that were never read
+	Rejections       uint64 // new items refused: by ristretto's admission policy (TinyLFU) when full, or too large for Segments' memory; memcached has none
+	Reclaimed        uint64 // reclaimed: expired or flushed items removed (when read, or by the Segments sweeper)
+	ExpiredUnfetched uint64 // expired_unfetched: reclaimed expired items that were never read
 
 	Hits       uint64 // get_hits: Get found a live item
 	Misses     uint64 // get_misses: Get found nothing, or an expired or flushed item
@@ -25,78 +26,25 @@ type Stats struct {
 	LimitMaxBytes int64 // limit_maxbytes: Config.MaxBytes
 }
 
-// counters are the store-wide statistics. Hits and misses live on the
-// stripes instead, to spread the contention of the hottest path.
+// counters are the statistics the Store keeps itself; the engines count
+// the rest (engine.stats).
 type counters struct {
-	items, bytes atomic.Int64
-	total        atomic.Uint64
-	evictions    atomic.Uint64
-	rejections   atomic.Uint64
-	reclaimed    atomic.Uint64
-	getExpired   atomic.Uint64
-	getFlushed   atomic.Uint64
+	total            atomic.Uint64
+	reclaimed        atomic.Uint64
+	expiredUnfetched atomic.Uint64
+	getExpired       atomic.Uint64
+	getFlushed       atomic.Uint64
 }
 
-// Stats returns the counters. It first waits for ristretto to apply the
-// writes already made, so that CurrItems and Bytes include them.
+// Stats returns the counters.
 func (s *Store) Stats() Stats {
-	if !s.closed.Load() {
-		s.cache.Wait()
-		s.settleAll()
-	}
-	st := Stats{
-		CurrItems:     s.ctr.items.Load(),
-		TotalItems:    s.ctr.total.Load(),
-		Bytes:         s.ctr.bytes.Load(),
-		Evictions:     s.ctr.evictions.Load(),
-		Rejections:    s.ctr.rejections.Load(),
-		Reclaimed:     s.ctr.reclaimed.Load(),
-		GetExpired:    s.ctr.getExpired.Load(),
-		GetFlushed:    s.ctr.getFlushed.Load(),
-		LimitMaxBytes: s.maxBytes,
-	}
-	for i := range s.stripes {
-		st.Hits += s.stripes[i].hits.Load()
-		st.Misses += s.stripes[i].misses.Load()
-	}
+	var st Stats
+	s.eng.stats(&st)
+	st.TotalItems = s.ctr.total.Load()
+	st.Reclaimed = s.ctr.reclaimed.Load()
+	st.ExpiredUnfetched = s.ctr.expiredUnfetched.Load()
+	st.GetExpired = s.ctr.getExpired.Load()
+	st.GetFlushed = s.ctr.getFlushed.Load()
+	st.LimitMaxBytes = s.maxBytes
 	return st
-}
-
-// countLive counts e once it is known to be in ristretto's map.
-func (s *Store) countLive(e *entry) {
-	if e.markLive() {
-		s.ctr.items.Add(1)
-		s.ctr.bytes.Add(e.cost())
-	}
-}
-
-// onExit is ristretto's OnExit: e left the map, whichever way (replaced by
-// an update, deleted, evicted, expired, refused). It runs on ristretto's
-// goroutine or inside ristretto calls, so it only touches atomics.
-func (s *Store) onExit(e *entry) {
-	if e != nil && e.markGone() {
-		s.ctr.items.Add(-1)
-		s.ctr.bytes.Add(-e.cost())
-	}
-}
-
-// onEvict is ristretto's OnEvict, for victims of the policy and for items
-// its TTL sweep removed. A nil value means the key had already been deleted.
-func (s *Store) onEvict(it *ristretto.Item[*entry]) {
-	e := it.Value
-	if e == nil || s.closed.Load() {
-		return
-	}
-	if e.exp != 0 && e.exp <= s.now() {
-		s.ctr.reclaimed.Add(1)
-		return
-	}
-	s.ctr.evictions.Add(1)
-}
-
-// onReject is ristretto's OnReject: a new item was refused.
-func (s *Store) onReject(it *ristretto.Item[*entry]) {
-	if it.Value != nil && !s.closed.Load() {
-		s.ctr.rejections.Add(1)
-	}
 }

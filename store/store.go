@@ -1,51 +1,74 @@
-// Package store keeps one node's items with memcached semantics on top of
-// ristretto (github.com/dgraph-io/ristretto/v2): expiry, CAS uniques,
-// add/replace/append/prepend/cas, incr/decr, touch, flush_all and an atomic
-// read-modify-write for the meta commands, within a memory limit. It does no
-// I/O.
+// Package store keeps one node's items with memcached semantics: expiry,
+// CAS uniques, add/replace/append/prepend/cas, incr/decr, touch, flush_all
+// and an atomic read-modify-write for the meta commands, within a memory
+// limit. It does no I/O.
 //
-// Ristretto supplies the concurrent map, the cost accounting against the
-// limit and the eviction policy. The store adds what ristretto leaves out:
-// per-key atomicity (256 striped mutexes; ristretto has no compare-and-swap),
-// read-your-writes (ristretto applies new keys asynchronously; see Store),
-// and memcached's item model: flags, expiry, CAS uniques, flush_all.
+// A Store keeps the semantics once (commands.go) over one of two engines,
+// which keep the bytes:
 //
-// Unlike memcached, eviction is not LRU. When the store is full, ristretto
-// evicts the least frequently read of five sampled items, so a key written a
-// moment ago and not read since is as likely to go as any other unread key;
-// and its TinyLFU filter may refuse a new item outright when all five
-// samples have been read more often (Stats.Rejections). Only reads count as
-// accesses (Get and the commands that read before writing); the store's own
-// bookkeeping lookups do not, which keeps refusals rare.
+//   - Segments (segments.go and the files it names): items live off the Go
+//     heap, header, key and value together, appended to memory-mapped
+//     segments and found through an index that holds no pointers. Whole
+//     segments are evicted, S3-FIFO over segments, chosen on traces (see
+//     evict.go). The store for the items a node owns: it holds about 1.4×
+//     the items per MiB of ristretto's... see README "Memory".
+//   - Ristretto (ristretto.go, github.com/dgraph-io/ristretto/v2): items are
+//     Go objects in ristretto's map; its TinyLFU admission keeps one-off keys
+//     out, which is what the store of copies (the spilled keys a node reads
+//     through from their owner) wants.
 //
-// Also left out, compared with memcached: slab classes and their statistics,
-// item size limits (the protocol layer enforces them), the LRU crawler,
-// iteration over keys, and persistence.
+// Left out, compared with memcached: slab classes and their statistics,
+// item size limits (the protocol layer enforces them), the LRU crawler's
+// commands, iteration over keys, and persistence.
 package store
 
 import (
 	"hash/maphash"
 	"sync/atomic"
 	"time"
-
-	"github.com/dgraph-io/ristretto/v2"
 )
 
 // DefaultMaxBytes is the memory limit used when Config.MaxBytes is zero,
 // memcached's default.
 const DefaultMaxBytes = 64 << 20
 
+// Engine says where a Store keeps its items.
+type Engine uint8
+
+const (
+	// Ristretto keeps items as Go objects in ristretto, whose TinyLFU
+	// admission refuses new keys that look colder than what they would
+	// evict: the engine for copies. Its zero value makes it the default.
+	Ristretto Engine = iota
+	// Segments keeps items off the Go heap in memory-mapped segments,
+	// evicting whole segments (S3-FIFO): the engine for owned items, about
+	// 30 bytes of overhead per item, nothing for the collector to scan.
+	Segments
+)
+
+func (e Engine) String() string {
+	if e == Segments {
+		return "segments"
+	}
+	return "ristretto"
+}
+
 // Config configures a Store.
 type Config struct {
-	// MaxBytes is the memory limit: each item is charged
-	// len(Key) + len(Value) + ItemOverhead. If zero, DefaultMaxBytes is used.
-	// Ristretto's TinyLFU counters come on top: 4 bytes per 256 bytes of
-	// MaxBytes (1.6%), at most 64 MiB.
+	// MaxBytes is the memory limit. If zero, DefaultMaxBytes is used.
+	// With Ristretto, each item is charged len(Key) + len(Value) +
+	// ItemOverhead, and ristretto's TinyLFU counters come on top: 4 bytes
+	// per 256 bytes of MaxBytes (1.6%), at most 64 MiB. With Segments it
+	// bounds every byte the engine maps: segments (items with their
+	// headers, and the space of dead ones not yet reused) and the index.
 	MaxBytes int64
+	// Engine picks where items live; the zero value is Ristretto.
+	Engine Engine
 	// Now is the clock. If nil, time.Now is used. It must be safe for
-	// concurrent use. With an injected clock, items are not given to
-	// ristretto's TTL sweep (which runs on the real clock), so expired items
-	// are reclaimed only on access or by eviction.
+	// concurrent use. With an injected clock, Ristretto items are not
+	// given to ristretto's TTL sweep (which runs on the real clock), so
+	// expired items are reclaimed only on access or by eviction; the
+	// Segments sweeper reads this clock.
 	Now func() time.Time
 	// Valid, if set, is asked on every access whether an item is still
 	// to be seen: key, and seq, the store sequence (Seq) its value was
@@ -54,279 +77,179 @@ type Config struct {
 	// keys it lost and later owned again. It must be cheap and must not
 	// call the Store.
 	Valid func(key string, seq uint64) bool
-	// Uniques, if set, hands out CAS uniques instead of the store
-	// sequence; each call must return a value never returned before by
+	// Uniques, if set, hands out CAS uniques instead of the store's own
+	// counter; each call must return a value never returned before by
 	// any store whose items clients can compare (a cluster: node bits and
 	// a clock). It is called under a key's lock.
 	Uniques func() uint64
+
+	// policy is the Segments eviction policy; tests compare them.
+	policy policy
 }
 
 // Store is a memcached-style item store. Its methods are safe for
 // concurrent use by multiple goroutines, except Close.
 //
-// Read-your-writes: every write is visible to Get when the call returns,
-// unless memory pressure evicts it. Ristretto applies a Set of a key it
-// already holds in place, at once; a Set of a new key is only queued for its
-// single policy goroutine, and dropped when that queue is full. So writers
-// hold the key's stripe mutex, retry a dropped set after ristretto's Wait,
-// and put a queued entry into the stripe's overlay map, which readers consult
-// before ristretto (one atomic load while it is empty). A janitor goroutine
-// empties the overlay after one Wait per batch of writes. A write to a key
-// that is still in the overlay first waits for it, so that ristretto never
-// holds two queued inserts of one key (it would keep the first) nor sees a
-// delete overtake the insert it should remove.
-//
-// Chosen by measurement (BenchmarkSetNew: a new key's Set, then its Get; 2
-// cores shared with other work, so CPU time is the steadier figure): 2.1 µs
-// of CPU per pair with the overlay, against 2.8 µs with a ristretto Wait
-// after each new-key Set instead (the simpler design), which also blocks the
-// writer, and other writers of its stripe, for the round trip: 2.2 µs wall
-// per pair against 3.7 to 5.6 µs. Writes to existing keys need neither.
-// Ristretto v2 has no way to switch admission off for new items.
+// Every write is visible to Get when the call returns, unless memory
+// pressure evicts it (see the engines for how each keeps that promise).
 type Store struct {
-	cache    *ristretto.Cache[uint64, *entry]
+	eng      engine
 	seed     maphash.Seed
 	now      func() int64 // Unix nanoseconds
 	maxBytes int64
 
-	seq     atomic.Uint64 // write sequence numbers, and CAS uniques without cfg.Uniques
+	// seq orders writes against flushes and view changes: a write takes
+	// its current value, Seq (flush_all, a node's view change) moves it.
+	// So it changes only on those rare events, and a segment's item
+	// header keeps it in 4 bytes.
+	seq     atomic.Uint64
+	cas     atomic.Uint64 // CAS uniques without cfg.Uniques
 	valid   func(key string, seq uint64) bool
 	uniques func() uint64
 	flush   flusher
 	ctr     counters
-
-	stripes [numStripes]stripe
-
-	kick        chan struct{}
-	stop        chan struct{}
-	janitorDone chan struct{}
-	closed      atomic.Bool
 }
 
-// maxCounters caps the TinyLFU sketch at 64 MiB.
-const maxCounters = 1 << 24
+// engine keeps a Store's items; the Store keeps their semantics. Every
+// method takes the key's hash (Store.hash). An engine calls back into its
+// Store for the clock, visibility and sequence numbers, and to apply a
+// write's semantics (Store.apply) under the key's lock.
+type engine interface {
+	// get returns key's item if Store.visible says it is, marking it
+	// fetched if fetch is set, and reclaims it if not.
+	get(key string, h uint64, fetch bool) (Item, bool)
+	// write runs op under key's lock: it hands the key's live record to
+	// Store.apply and stores, or removes, what apply says.
+	write(key string, h uint64, op writeOp) outcome
+	// stats fills in what the engine counts: CurrItems, Bytes, Evictions,
+	// EvictedUnfetched, Rejections, Hits, Misses.
+	stats(st *Stats)
+	// flushed is told of a flush_all, which the engine may reclaim.
+	flushed()
+	close()
+}
 
-// Items are given to ristretto without a TTL. Its TTL sweep deletes every
-// key of an expired bucket whose current expiration is not in the future,
-// and a key rewritten with no expiry has none: the sweep could delete a
-// value just STORED. Expired items are reclaimed when read, or evicted under
-// pressure, as memcached reclaims them lazily.
-
-// New returns a Store; Close releases its goroutines.
+// New returns a Store; Close releases its goroutines and memory.
 func New(cfg Config) (*Store, error) {
 	s := &Store{
-		seed:        maphash.MakeSeed(),
-		maxBytes:    cfg.MaxBytes,
-		kick:        make(chan struct{}, 1),
-		stop:        make(chan struct{}),
-		janitorDone: make(chan struct{}),
-		valid:       cfg.Valid,
-		uniques:     cfg.Uniques,
+		seed:     maphash.MakeSeed(),
+		maxBytes: cfg.MaxBytes,
+		valid:    cfg.Valid,
+		uniques:  cfg.Uniques,
 	}
 	if s.maxBytes <= 0 {
 		s.maxBytes = DefaultMaxBytes
 	}
+	s.seq.Store(1) // above the flush watermark's zero
 	if cfg.Now != nil {
 		s.now = func() int64 { return cfg.Now().UnixNano() }
 	} else {
 		s.now = func() int64 { return time.Now().UnixNano() }
 	}
-	// About one TinyLFU counter (4 bytes) per item the limit can hold,
-	// counting items as 256 bytes; ristretto suggests ten, which would cost
-	// more memory than admission accuracy is worth here. Capped so that a
-	// huge limit does not allocate a huge sketch up front.
-	counters := min(max(s.maxBytes/256, 1024), maxCounters)
-	c, err := ristretto.NewCache(&ristretto.Config[uint64, *entry]{
-		NumCounters:        counters,
-		MaxCost:            s.maxBytes,
-		BufferItems:        64,
-		IgnoreInternalCost: true, // ItemOverhead already charges it
-		KeyToHash:          func(h uint64) (uint64, uint64) { return h, 0 },
-		OnEvict:            s.onEvict,
-		OnReject:           s.onReject,
-		OnExit:             s.onExit,
-	})
+	var err error
+	switch cfg.Engine {
+	case Segments:
+		s.eng, err = newSegments(s, cfg.policy)
+	default:
+		s.eng, err = newRistretto(s)
+	}
 	if err != nil {
 		return nil, err
 	}
-	s.cache = c
-	go s.janitor()
 	return s, nil
 }
 
-// Close stops the store's goroutines and drops every item. It must not be
-// called concurrently with other methods; afterwards reads miss and writes
-// are dropped.
-func (s *Store) Close() {
-	if !s.closed.CompareAndSwap(false, true) {
-		return
-	}
-	close(s.stop)
-	<-s.janitorDone
-	s.cache.Close()
-}
+// Close stops the store's goroutines and releases every item. It must not
+// be called concurrently with other methods; afterwards reads miss and
+// writes are dropped.
+func (s *Store) Close() { s.eng.close() }
 
 func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
 // Get returns the key's item if it is present and neither expired nor
-// flushed, and marks it fetched. The item's Value aliases the store's
-// memory.
+// flushed, and marks it fetched. The item's Value must not be modified.
 func (s *Store) Get(key string) (Item, bool) {
-	it, ok := s.get(key, true)
-	return it, ok
+	return s.eng.get(key, s.hash(key), true)
 }
 
 // Peek is Get without its side effects on the item: it does not mark it
 // fetched (mg with u, me) and is not counted in Stats.Hits or Misses.
 func (s *Store) Peek(key string) (Item, bool) {
-	return s.get(key, false)
+	return s.eng.get(key, s.hash(key), false)
 }
 
-func (s *Store) get(key string, fetch bool) (Item, bool) {
-	h := s.hash(key)
-	st := s.stripe(h)
-	e := s.find(st, key, h)
-	if e != nil {
-		var now int64
-		if e.exp != 0 || s.flush.pending() {
-			now = s.now()
-			s.flush.advance(now, s.seq.Load)
-		}
-		expired, flushed := s.invalid(e, now)
-		if !expired && !flushed {
-			it := e.item()
-			if fetch {
-				e.fetch()
-				st.hits.Add(1)
-			}
-			return it, true
-		}
-		if expired {
-			s.ctr.getExpired.Add(1)
-		} else {
-			s.ctr.getFlushed.Add(1)
-		}
-		s.reclaim(st, key, h, e)
+// write runs op on key (see engine.write) and counts what it stored.
+func (s *Store) write(key string, op writeOp) outcome {
+	o := s.eng.write(key, s.hash(key), op)
+	if o.err == nil && o.store {
+		s.ctr.total.Add(1)
 	}
-	if fetch {
-		st.misses.Add(1)
-	}
-	return Item{}, false
+	return o
 }
 
-// reclaim deletes e, found expired or flushed, unless the key has been
-// written since; memcached likewise unlinks such items when it meets them.
-func (s *Store) reclaim(st *stripe, key string, h uint64, e *entry) {
-	st.mu.Lock()
-	if s.find(st, key, h) == e && s.deleteLocked(st, key, h) {
-		s.ctr.reclaimed.Add(1)
-	}
-	st.mu.Unlock()
-}
-
-// modify runs fn under the key's lock with the key's live entry (nil if
-// absent, expired or flushed) and the clock reading, and stores the entry fn
-// returns, if any. A new entry takes its seq, and normally its CAS unique,
-// from s.nextSeq.
-func (s *Store) modify(key string, fn func(cur *entry, now int64) (*entry, error)) (*entry, error) {
-	return s.write(key, true, fn)
-}
-
-// overwrite is modify for writes that do not depend on the current item
-// (Set, Put): it skips the lookup, which would count as an access.
-func (s *Store) overwrite(key string, fn func(cur *entry, now int64) (*entry, error)) *entry {
-	e, _ := s.write(key, false, fn)
-	return e
-}
-
-func (s *Store) write(key string, lookup bool, fn func(cur *entry, now int64) (*entry, error)) (*entry, error) {
-	h := s.hash(key)
-	st := s.stripe(h)
-	st.mu.Lock()
-	defer st.mu.Unlock()
+// clock reads the clock for a write and applies a delayed flush that is
+// due.
+func (s *Store) clock() int64 {
 	now := s.now()
-	s.flush.advance(now, s.seq.Load)
-	var cur *entry
-	if lookup {
-		cur = s.find(st, key, h)
-	}
-	stale := false
-	if cur != nil {
-		if expired, flushed := s.invalid(cur, now); expired || flushed {
-			cur, stale = nil, true
-		}
-	}
-	next, err := fn(cur, now)
-	if err != nil || next == nil {
-		if stale && s.deleteLocked(st, key, h) {
-			s.ctr.reclaimed.Add(1)
-		}
-		return cur, err
-	}
-	s.storeLocked(st, key, h, next, now)
-	return next, nil
-}
-
-func (s *Store) nextSeq() uint64 { return s.seq.Add(1) }
-
-// casFor is the CAS unique of the write with sequence seq.
-func (s *Store) casFor(seq uint64) uint64 {
-	if s.uniques != nil {
-		return s.uniques()
-	}
-	return seq
+	s.flush.advance(now, s.Seq)
+	return now
 }
 
 // Seq returns the store sequence: every write after the call is given a
-// greater one (see Config.Valid).
-func (s *Store) Seq() uint64 { return s.seq.Load() }
+// greater one (see Config.Valid), every write before it one not greater.
+func (s *Store) Seq() uint64 { return s.seq.Add(1) - 1 }
 
-// invalid reports why e is not visible at now: expired, or flushed (which
-// includes an item Config.Valid refuses).
-func (s *Store) invalid(e *entry, now int64) (expired, flushed bool) {
-	expired, flushed = s.flush.invalid(e, now)
-	if !expired && !flushed && s.valid != nil && !s.valid(e.key(), e.seq) {
+// unique is the CAS unique of a new write.
+func (s *Store) unique() uint64 {
+	if s.uniques != nil {
+		return s.uniques()
+	}
+	return s.cas.Add(1)
+}
+
+// stale reports why an item written at seq that expires at exp is not
+// visible at now: expired, or flushed. It does not ask Config.Valid: the
+// engines' sweeps use it, and only reads and writes of the key ask.
+func (s *Store) stale(seq uint64, exp, now int64) (expired, flushed bool) {
+	if seq <= s.flush.watermark.Load() {
+		return false, true
+	}
+	return exp != 0 && exp <= now, false
+}
+
+// invalid is stale, and Config.Valid's verdict on key, for reads and
+// writes; an item Valid refuses counts as flushed.
+func (s *Store) invalid(key string, seq uint64, exp, now int64) (expired, flushed bool) {
+	expired, flushed = s.stale(seq, exp, now)
+	if !expired && !flushed && s.valid != nil && !s.valid(key, seq) {
 		return false, true
 	}
 	return expired, flushed
 }
 
-// storeLocked makes e the key's current entry (st.mu held). An entry that
-// is already expired deletes the key instead: memcached answers STORED and
-// the item is gone.
-func (s *Store) storeLocked(st *stripe, key string, h uint64, e *entry, now int64) {
-	s.ctr.total.Add(1)
-	if e.exp != 0 && e.exp <= now {
-		s.deleteLocked(st, key, h)
-		return
+// visible is invalid for a read, which reads the clock only when the item
+// can expire or a flush is pending, and counts a miss on an item that is
+// no longer visible.
+func (s *Store) visible(key string, seq uint64, exp int64) (ok, expired bool) {
+	var now int64
+	if exp != 0 || s.flush.pending() {
+		now = s.clock()
 	}
-	s.settleKeyLocked(st, key, h)
-	// An existing key is replaced synchronously (and ristretto's OnExit
-	// uncounts the old entry); a new key is queued, or dropped if the
-	// buffer is full, in which case we drain it and try again.
-	for !s.cache.Set(h, e, e.cost()) {
-		if s.closed.Load() {
-			return
-		}
-		s.cache.Wait()
+	expired, flushed := s.invalid(key, seq, exp, now)
+	switch {
+	case expired:
+		s.ctr.getExpired.Add(1)
+	case flushed:
+		s.ctr.getFlushed.Add(1)
 	}
-	if s.present(h) {
-		s.countLive(e)
-		return
-	}
-	st.pendingPut(key, e)
-	s.kickJanitor()
+	return !expired && !flushed, expired
 }
 
-// deleteLocked removes key (st.mu held) and reports whether ristretto held
-// it. Callers have found the key's entry already, except a blind write of an
-// expired item, where a (64-bit) hash collision could remove another key:
-// harmless in a cache.
-func (s *Store) deleteLocked(st *stripe, key string, h uint64) bool {
-	s.settleKeyLocked(st, key, h)
-	if s.present(h) {
-		s.cache.Del(h) // OnExit uncounts it
-		return true
+// reclaimed counts an expired or flushed item an engine removed; an
+// expired one that was never read also counts as expired_unfetched.
+func (s *Store) reclaimed(expired, fetched bool) {
+	s.ctr.reclaimed.Add(1)
+	if expired && !fetched {
+		s.ctr.expiredUnfetched.Add(1)
 	}
-	return false
 }

@@ -416,14 +416,15 @@ func TestStats(t *testing.T) {
 
 	st := s.Stats()
 	want := Stats{
-		CurrItems:     9,
-		TotalItems:    12,
-		Bytes:         8*(1+10+ItemOverhead) + (1 + 2 + ItemOverhead),
-		Hits:          1,
-		Misses:        2,
-		GetExpired:    1,
-		Reclaimed:     1,
-		LimitMaxBytes: 1 << 20,
+		CurrItems:        9,
+		TotalItems:       12,
+		Bytes:            8*(1+10+ItemOverhead) + (1 + 2 + ItemOverhead),
+		Hits:             1,
+		Misses:           2,
+		GetExpired:       1,
+		Reclaimed:        1,
+		ExpiredUnfetched: 1,
+		LimitMaxBytes:    1 << 20,
 	}
 	if st != want {
 		t.Fatalf("Stats = %+v\n want %+v", st, want)
