@@ -15,7 +15,7 @@ import (
 const benchKeys = 1 << 16
 
 func benchStore(b *testing.B) (*Store, []string) {
-	s, _ := newTestStore(b, 1<<30)
+	s, _ := newTestStore(b, Ristretto, 1<<30)
 	keys := make([]string, benchKeys)
 	val := bytes.Repeat([]byte("v"), 100)
 	for i := range keys {
@@ -74,7 +74,7 @@ func BenchmarkSetParallel(b *testing.B) {
 // BenchmarkSetNew writes keys the store has never seen, each followed by a
 // read of it: the read-your-writes path (overlay, janitor).
 func BenchmarkSetNew(b *testing.B) {
-	s, _ := newTestStore(b, 1<<30)
+	s, _ := newTestStore(b, Ristretto, 1<<30)
 	val := bytes.Repeat([]byte("v"), 100)
 	keys := make([]string, b.N)
 	for i := range keys {
@@ -91,7 +91,7 @@ func BenchmarkSetNew(b *testing.B) {
 }
 
 func BenchmarkSetNewParallel(b *testing.B) {
-	s, _ := newTestStore(b, 1<<30)
+	s, _ := newTestStore(b, Ristretto, 1<<30)
 	val := bytes.Repeat([]byte("v"), 100)
 	var seq atomic.Int64
 	b.ReportAllocs()
@@ -110,7 +110,7 @@ func BenchmarkSetNewParallel(b *testing.B) {
 }
 
 func BenchmarkIncr(b *testing.B) {
-	s, _ := newTestStore(b, 0)
+	s, _ := newTestStore(b, Ristretto, 0)
 	s.Set(Item{Key: "n", Value: []byte("0")})
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -28,9 +28,11 @@ func run(n int, fn func(i int)) {
 // TestReadYourWrites: a Get right after a Set returns it, even though
 // ristretto applies new keys asynchronously and drops sets when its buffer
 // is full. Many goroutines writing new keys fill that buffer.
-func TestReadYourWrites(t *testing.T) {
+func TestReadYourWrites(t *testing.T) { eachEngine(t, testReadYourWrites) }
+
+func testReadYourWrites(t *testing.T, eng Engine) {
 	const goroutines, perG = 16, 1500
-	s, _ := newTestStore(t, 1<<30)
+	s, _ := newTestStore(t, eng, 1<<30)
 	var failures atomic.Int64
 	run(goroutines, func(g int) {
 		for i := 0; i < perG; i++ {
@@ -67,10 +69,11 @@ func TestReadYourWrites(t *testing.T) {
 	if st.CurrItems != want || st.Evictions != 0 || st.Rejections != 0 {
 		t.Fatalf("Stats = %+v, want %d items and no evictions", st, want)
 	}
-	r := s.eng.(*ristrettoEngine)
-	for i := range r.stripes {
-		if n := r.stripes[i].npending.Load(); n != 0 {
-			t.Fatalf("stripe %d still has %d overlay entries after settling", i, n)
+	if r, ok := s.eng.(*ristrettoEngine); ok {
+		for i := range r.stripes {
+			if n := r.stripes[i].npending.Load(); n != 0 {
+				t.Fatalf("stripe %d still has %d overlay entries after settling", i, n)
+			}
 		}
 	}
 	for g := 0; g < goroutines; g++ {
@@ -86,7 +89,9 @@ func TestReadYourWrites(t *testing.T) {
 
 // TestNewKeyWriteSequences checks each write right after a new-key Set,
 // while that Set may still sit in ristretto's buffer.
-func TestNewKeyWriteSequences(t *testing.T) {
+func TestNewKeyWriteSequences(t *testing.T) { eachEngine(t, testNewKeyWriteSequences) }
+
+func testNewKeyWriteSequences(t *testing.T, eng Engine) {
 	tests := []struct {
 		name string
 		then func(s *Store) error
@@ -104,7 +109,7 @@ func TestNewKeyWriteSequences(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _ := newTestStore(t, 0)
+			s, _ := newTestStore(t, eng, 0)
 			for i := 0; i < 200; i++ {
 				key := "k"
 				s.Set(Item{Key: key, Value: []byte("1")})
@@ -133,8 +138,10 @@ func expect(err, want error) error {
 	return nil
 }
 
-func TestConcurrentIncr(t *testing.T) {
-	s, _ := newTestStore(t, 0)
+func TestConcurrentIncr(t *testing.T) { eachEngine(t, testConcurrentIncr) }
+
+func testConcurrentIncr(t *testing.T, eng Engine) {
+	s, _ := newTestStore(t, eng, 0)
 	s.Set(Item{Key: "n", Value: []byte("0")})
 	run(16, func(int) {
 		for i := 0; i < 1000; i++ {
@@ -151,9 +158,11 @@ func TestConcurrentIncr(t *testing.T) {
 
 // TestCASLoops: clients incrementing through gets + cas never lose an
 // update.
-func TestCASLoops(t *testing.T) {
+func TestCASLoops(t *testing.T) { eachEngine(t, testCASLoops) }
+
+func testCASLoops(t *testing.T, eng Engine) {
 	const goroutines, perG = 8, 300
-	s, _ := newTestStore(t, 0)
+	s, _ := newTestStore(t, eng, 0)
 	s.Set(Item{Key: "c", Value: []byte("0")})
 	var conflicts atomic.Int64
 	run(goroutines, func(int) {
@@ -178,9 +187,11 @@ func TestCASLoops(t *testing.T) {
 	}
 }
 
-func TestConcurrentAddOneWins(t *testing.T) {
+func TestConcurrentAddOneWins(t *testing.T) { eachEngine(t, testConcurrentAddOneWins) }
+
+func testConcurrentAddOneWins(t *testing.T, eng Engine) {
 	for round := 0; round < 50; round++ {
-		s, _ := newTestStore(t, 0)
+		s, _ := newTestStore(t, eng, 0)
 		key := fmt.Sprintf("k%d", round)
 		var wins atomic.Int64
 		var winner atomic.Int64
@@ -201,8 +212,10 @@ func TestConcurrentAddOneWins(t *testing.T) {
 	}
 }
 
-func TestCASUniquePerModification(t *testing.T) {
-	s, _ := newTestStore(t, 0)
+func TestCASUniquePerModification(t *testing.T) { eachEngine(t, testCASUniquePerModification) }
+
+func testCASUniquePerModification(t *testing.T, eng Engine) {
+	s, _ := newTestStore(t, eng, 0)
 	seen := make(map[uint64]string)
 	note := func(op string, cas uint64) {
 		if prev, dup := seen[cas]; dup || cas == 0 {
@@ -233,9 +246,11 @@ func TestCASUniquePerModification(t *testing.T) {
 
 // TestMemoryLimit fills a small store far past its limit: it stays within
 // MaxBytes, counts what it evicted or refused, and its counts add up.
-func TestMemoryLimit(t *testing.T) {
+func TestMemoryLimit(t *testing.T) { eachEngine(t, testMemoryLimit) }
+
+func testMemoryLimit(t *testing.T, eng Engine) {
 	const maxBytes = 256 << 10
-	s, _ := newTestStore(t, maxBytes)
+	s, _ := newTestStore(t, eng, maxBytes)
 	val := bytes.Repeat([]byte("v"), 1000)
 	const n = 2000
 	run(4, func(g int) {
@@ -247,7 +262,7 @@ func TestMemoryLimit(t *testing.T) {
 	if st.Bytes > maxBytes || st.Bytes <= maxBytes/2 {
 		t.Errorf("Bytes = %d, want about the limit %d", st.Bytes, maxBytes)
 	}
-	cost := int64(8 + len(val) + ItemOverhead)
+	cost := charged(eng, 8, len(val))
 	if st.Bytes != st.CurrItems*cost {
 		t.Errorf("Bytes %d != %d items × %d", st.Bytes, st.CurrItems, cost)
 	}
@@ -265,8 +280,10 @@ func TestMemoryLimit(t *testing.T) {
 	}
 }
 
-func TestItemTooLargeForStore(t *testing.T) {
-	s, _ := newTestStore(t, 4096)
+func TestItemTooLargeForStore(t *testing.T) { eachEngine(t, testItemTooLargeForStore) }
+
+func testItemTooLargeForStore(t *testing.T, eng Engine) {
+	s, _ := newTestStore(t, eng, 4096)
 	s.Set(Item{Key: "big", Value: make([]byte, 8192)})
 	s.Stats()
 	mustMiss(t, s, "big")
@@ -277,8 +294,10 @@ func TestItemTooLargeForStore(t *testing.T) {
 
 // TestRealClockTTL uses the real clock, with which ristretto also gets the
 // items' TTL: items must stay readable until they expire.
-func TestRealClockTTL(t *testing.T) {
-	s, err := New(Config{MaxBytes: 1 << 20})
+func TestRealClockTTL(t *testing.T) { eachEngine(t, testRealClockTTL) }
+
+func testRealClockTTL(t *testing.T, eng Engine) {
+	s, err := New(Config{Engine: eng, MaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,8 +42,10 @@ func TestExpiresAt(t *testing.T) {
 	}
 }
 
-func TestFarFutureExpiry(t *testing.T) {
-	s, clk := newTestStore(t, 0)
+func TestFarFutureExpiry(t *testing.T) { eachEngine(t, testFarFutureExpiry) }
+
+func testFarFutureExpiry(t *testing.T, eng Engine) {
+	s, clk := newTestStore(t, eng, 0)
 	far := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
 	s.Set(Item{Key: "k", Value: []byte("v"), Expires: far})
 	clk.Advance(100 * 365 * 24 * time.Hour)
@@ -52,7 +54,9 @@ func TestFarFutureExpiry(t *testing.T) {
 	}
 }
 
-func TestFlush(t *testing.T) {
+func TestFlush(t *testing.T) { eachEngine(t, testFlush) }
+
+func testFlush(t *testing.T, eng Engine) {
 	type step struct {
 		at     time.Duration // clock offset from the start
 		flush  *time.Duration
@@ -105,7 +109,7 @@ func TestFlush(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, clk := newTestStore(t, 0)
+			s, clk := newTestStore(t, eng, 0)
 			for i, st := range tt.steps {
 				if now := epoch.Add(st.at); st.at != 0 && now.After(clk.Now()) {
 					clk.Advance(now.Sub(clk.Now()))
@@ -132,7 +136,11 @@ func TestFlush(t *testing.T) {
 }
 
 func TestFlushedItemsAreAbsentForEveryCommand(t *testing.T) {
-	s, _ := newTestStore(t, 0)
+	eachEngine(t, testFlushedItemsAreAbsentForEveryCommand)
+}
+
+func testFlushedItemsAreAbsentForEveryCommand(t *testing.T, eng Engine) {
+	s, _ := newTestStore(t, eng, 0)
 	s.Set(Item{Key: "k", Value: []byte("1")})
 	s.Flush(0)
 	if _, err := s.Replace(Item{Key: "k", Value: []byte("2")}); !errors.Is(err, ErrNotStored) {

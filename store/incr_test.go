@@ -10,7 +10,9 @@ import (
 // TestIncr checks incr/decr against what a real memcached 1.6.18 answers
 // (probed over its text protocol), including the space padding of results
 // shorter than the old value and safe_strtoull's parsing.
-func TestIncr(t *testing.T) {
+func TestIncr(t *testing.T) { eachEngine(t, testIncr) }
+
+func testIncr(t *testing.T, eng Engine) {
 	tests := []struct {
 		name      string
 		value     string // "" with missing: no item
@@ -53,7 +55,7 @@ func TestIncr(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _ := newTestStore(t, 0)
+			s, _ := newTestStore(t, eng, 0)
 			var old uint64
 			exp := in(100)
 			if !tt.missing {
@@ -78,8 +80,10 @@ func TestIncr(t *testing.T) {
 	}
 }
 
-func TestIncrExpired(t *testing.T) {
-	s, clk := newTestStore(t, 0)
+func TestIncrExpired(t *testing.T) { eachEngine(t, testIncrExpired) }
+
+func testIncrExpired(t *testing.T, eng Engine) {
+	s, clk := newTestStore(t, eng, 0)
 	s.Set(Item{Key: "n", Value: []byte("1"), Expires: in(1)})
 	clk.Advance(time.Second)
 	if _, err := s.Incr("n", 1, false); !errors.Is(err, ErrNotFound) {

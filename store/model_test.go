@@ -48,15 +48,17 @@ func (m *model) put(key string, it modelItem, now int64) {
 // ristretto may still be applying them, and compares every answer with the
 // model.
 func TestAgainstModel(t *testing.T) {
-	for seed := uint64(1); seed <= 4; seed++ {
-		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
-			testAgainstModel(t, seed, 5000)
-		})
-	}
+	eachEngine(t, func(t *testing.T, eng Engine) {
+		for seed := uint64(1); seed <= 4; seed++ {
+			t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
+				testAgainstModel(t, eng, seed, 5000)
+			})
+		}
+	})
 }
 
-func testAgainstModel(t *testing.T, seed uint64, steps int) {
-	s, clk := newTestStore(t, 0)
+func testAgainstModel(t *testing.T, eng Engine, seed uint64, steps int) {
+	s, clk := newTestStore(t, eng, 0)
 	m := &model{items: map[string]modelItem{}}
 	rng := rand.New(rand.NewPCG(seed, seed))
 	keys := []string{"a", "b", "c", "d", "e", "f"}

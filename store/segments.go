@@ -1,11 +1,415 @@
 package store
 
-import "errors"
+import (
+	"hash/maphash"
+	"runtime"
+	"sync"
+	"unsafe"
+)
 
-// policy is a Segments eviction policy.
-type policy uint8
+// segEngine keeps items off the Go heap (the Segments engine), in the
+// shape of Segcache (Yang et al., NSDI'21) and fastcache:
+//
+//   - Shards: a key's hash picks one; each has its own mutex, index,
+//     segments and eviction queues, and a share of MaxBytes. Nothing is
+//     shared between shards but the pool of mapped memory. Reads lock their
+//     shard too (the value is copied out under the lock, since the segment
+//     may be reused as soon as it is released), so there is no global lock
+//     and no reference counting.
+//   - Segments (segment.go): items appended to mapped memory, header, key
+//     and value together. Items larger than an eighth of a segment get a
+//     mapping of their own, in pages, so any item size is served and no
+//     segment is mostly padding.
+//   - Index (index.go): 8 bytes a slot, no pointers.
+//   - Eviction (evict.go): whole segments, oldest first, S3-FIFO over
+//     segments: the items of an evicted segment that were read since they
+//     came in are copied forward instead of dropped.
+//   - Expiry: checked exactly on every access; a sweeper (sweep.go) drops
+//     expired and flushed items in the background and compacts segments
+//     that are mostly dead, so that they do not hold memory until evicted.
+//
+// Every byte it maps is counted against MaxBytes: segments held (the
+// dead items in them included), large items' pages, each shard's index
+// and ghost table. The Go heap holds only the segment descriptors (about
+// 100 bytes per 256 KiB segment).
+type segEngine struct {
+	s       *Store
+	policy  policy
+	shards  []shard
+	mask    uint64 // hash bits that pick the shard
+	segSize int
+	large   int // items longer than this get a mapping of their own
+	pool    pool
 
-// newSegments is not built yet.
-func newSegments(s *Store, p policy) (engine, error) {
-	return nil, errors.New("store: the Segments engine is not built yet")
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+const (
+	segBits    = 18 // offset bits in an index location
+	maxSegSize = 1 << segBits
+	minSegSize = 4 << 10
+	segIDBits  = locBits - segBits
+	maxSegs    = 1<<segIDBits - 1 // per shard
+	pageSize   = 4 << 10
+	// maxShards bounds the shard count; a shard gets at least
+	// minShardBytes of MaxBytes.
+	maxShards     = 64
+	minShardBytes = 16 * maxSegSize
+)
+
+// shard is one slice of the key space. mu guards everything in it, the
+// memory of its segments and index included.
+type shard struct {
+	mu sync.Mutex
+	g  *segEngine
+
+	idx     index
+	idxMem  []byte // the index's mapping, the ghost table after the slots
+	ghost   ghost
+	segs    []*segment // by number; segs[0] is nil
+	freeIDs []uint32
+	q       [numQueues]queue
+	spare   *segment // an empty segment kept for the copies of an eviction (evict.go)
+
+	spent, max int64 // bytes mapped for the shard, and its share of MaxBytes
+
+	items, bytes     int64
+	hits, misses     uint64
+	evictions        uint64
+	evictedUnfetched uint64
+	rejections       uint64
+
+	sweepAt uint32 // where the sweeper goes on
+	closed  bool
+
+	_ [64]byte // keeps neighbouring shards' hot fields apart
+}
+
+func newSegments(s *Store, p policy) (*segEngine, error) {
+	n := 1
+	for n*2 <= min(maxShards, 4*runtime.GOMAXPROCS(0)) && s.maxBytes/int64(n*2) >= minShardBytes {
+		n *= 2
+	}
+	share := s.maxBytes / int64(n)
+	seg := maxSegSize
+	for seg > minSegSize && int64(seg)*16 > share {
+		seg /= 2
+	}
+	g := &segEngine{
+		s:       s,
+		policy:  p,
+		shards:  make([]shard, n),
+		mask:    uint64(n - 1),
+		segSize: seg,
+		large:   seg / 8,
+		pool:    pool{size: seg},
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	for i := range g.shards {
+		sh := &g.shards[i]
+		sh.g, sh.max, sh.segs = g, share, []*segment{nil}
+		if err := sh.newIndex(minIndex); err != nil {
+			g.close()
+			return nil, err
+		}
+	}
+	go g.sweeper()
+	return g, nil
+}
+
+func (g *segEngine) shard(h uint64) *shard { return &g.shards[h&g.mask] }
+
+func (g *segEngine) close() {
+	select {
+	case <-g.stop:
+		return
+	default:
+	}
+	close(g.stop)
+	<-g.done
+	for i := range g.shards {
+		sh := &g.shards[i]
+		sh.mu.Lock()
+		sh.closed = true
+		for _, seg := range sh.segs {
+			if seg != nil && seg.large {
+				unmapMem(seg.mem)
+			}
+		}
+		if sh.idxMem != nil {
+			unmapMem(sh.idxMem)
+		}
+		sh.segs, sh.spare, sh.idx, sh.idxMem, sh.ghost = nil, nil, index{}, nil, ghost{}
+		sh.q = [numQueues]queue{}
+		sh.mu.Unlock()
+	}
+	g.pool.close()
+}
+
+// hashOf is Store.hash of a key held in a segment.
+func (g *segEngine) hashOf(key []byte) uint64 { return maphash.Bytes(g.s.seed, key) }
+
+// find returns the index position, segment and header of key's item.
+func (sh *shard) find(key string, h uint64) (int, *segment, view, bool) {
+	pos, ok := sh.idx.find(h, func(loc uint64) bool {
+		seg := sh.segs[loc>>segBits]
+		return string(keyAt(seg.mem, int(loc&(maxSegSize-1)))) == key
+	})
+	if !ok {
+		return 0, nil, view{}, false
+	}
+	loc := sh.idx.loc(pos)
+	seg := sh.segs[loc>>segBits]
+	return pos, seg, decode(seg.mem, int(loc&(maxSegSize-1))), true
+}
+
+func location(seg *segment, off int) uint64 { return uint64(seg.id)<<segBits | uint64(off) }
+
+func (g *segEngine) get(key string, h uint64, fetch bool) (Item, bool) {
+	sh := g.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed {
+		return Item{}, false
+	}
+	pos, seg, v, ok := sh.find(key, h)
+	if ok {
+		visible, expired := g.s.visible(key, v.seq, v.exp)
+		if visible {
+			r := v.rec(seg.mem)
+			it := r.item(key)
+			it.Value = clone(r.value)
+			if fetch {
+				sh.hits++
+				m := v.meta | hdrFetched
+				if m&hdrFreq < hdrFreq {
+					m++
+				}
+				seg.mem[v.off] = m
+			}
+			return it, true
+		}
+		sh.unlink(pos, seg, &v)
+		g.s.reclaimed(expired, v.fetched())
+	}
+	if fetch {
+		sh.misses++
+	}
+	return Item{}, false
+}
+
+// clone copies b out of a segment, which may be reused once the shard's
+// lock is released.
+func clone(b []byte) []byte {
+	c := make([]byte, len(b))
+	copy(c, b)
+	return c
+}
+
+func (g *segEngine) write(key string, h uint64, op writeOp) outcome {
+	sh := g.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed {
+		return outcome{}
+	}
+	s := g.s
+	now := s.clock()
+	pos, seg, v, found := sh.find(key, h)
+	var cr rec
+	var curp *rec
+	var stale, expired bool
+	if found && op.lookup() {
+		var flushed bool
+		if expired, flushed = s.invalid(key, v.seq, v.exp, now); expired || flushed {
+			stale = true
+		} else {
+			cr = v.rec(seg.mem)
+			curp = &cr
+		}
+	}
+	o := s.apply(&op, key, curp)
+	if o.remove {
+		sh.unlink(pos, seg, &v)
+		return o
+	}
+	if !o.store {
+		if stale {
+			sh.unlink(pos, seg, &v)
+			s.reclaimed(expired, v.fetched())
+		}
+		if op.returnsItem() && curp != nil {
+			o.item = cr.item(key)
+			o.item.Value = clone(cr.value)
+		}
+		return o
+	}
+	n := &o.next
+	if op.returnsItem() {
+		// Before the store, which may move or drop the bytes n.value
+		// aliases.
+		o.item = n.item(key)
+		o.item.Value = clone(n.value)
+	}
+	if n.exp != 0 && n.exp <= now {
+		// memcached answers STORED, and the item is gone.
+		if found {
+			sh.unlink(pos, seg, &v)
+		}
+		return o
+	}
+	if len(key) > MaxSegmentKeyLen {
+		sh.refuse(found, pos, seg, &v)
+		return o
+	}
+	size := itemSize(len(key), len(n.value), n.flags, n.exp)
+	var freq byte
+	if found {
+		freq = v.freq()
+		if size == v.size {
+			// Same length: rewrite it where it is. copy is a memmove, so a
+			// value that aliases the old one is fine.
+			encode(seg.mem[v.off:v.end()], key, n.value, n, freq)
+			seg.noted(n)
+			return o
+		}
+	}
+	value := n.value
+	if found && overlaps(value, seg.mem[v.off:v.end()]) {
+		value = clone(value) // making room may move or drop the old bytes
+	}
+	q := sh.queueFor(found, seg, h)
+	if !found && sh.idx.full() && !sh.grow(now) && sh.idx.n == len(sh.idx.slots) {
+		sh.refuse(false, 0, nil, nil)
+		return o
+	}
+	dst, off, ok := sh.room(q, size, now)
+	if found {
+		// Making room may have moved the old item, or evicted it.
+		pos, seg, v, found = sh.find(key, h)
+	}
+	if !ok {
+		sh.refuse(found, pos, seg, &v)
+		return o
+	}
+	encode(dst.mem[off:off+size], key, value, n, freq)
+	dst.noted(n)
+	dst.live += size
+	dst.nlive++
+	sh.items++
+	sh.bytes += int64(size)
+	if found {
+		sh.kill(seg, &v)
+		sh.idx.set(pos, location(dst, off))
+		sh.released(seg)
+	} else {
+		sh.idx.insert(h, location(dst, off))
+	}
+	return o
+}
+
+// refuse drops a write there is no memory for, and the key's old item with
+// it: a later read must not find the value the write replaced.
+func (sh *shard) refuse(found bool, pos int, seg *segment, v *view) {
+	sh.rejections++
+	if found {
+		sh.unlink(pos, seg, v)
+	}
+}
+
+// overlaps reports whether a and b share memory.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
+}
+
+// kill marks the item v of seg dead and uncounts it; its index entry is
+// the caller's business.
+func (sh *shard) kill(seg *segment, v *view) {
+	seg.mem[v.off] |= hdrDead
+	seg.live -= v.size
+	seg.nlive--
+	sh.items--
+	sh.bytes -= int64(v.size)
+}
+
+// unlink removes the item v of seg, whose index entry is at pos.
+func (sh *shard) unlink(pos int, seg *segment, v *view) {
+	sh.idx.remove(pos)
+	sh.kill(seg, v)
+	sh.released(seg)
+}
+
+// released frees a large item's mapping once its item is gone. (An empty
+// shared segment waits for the sweeper or eviction.)
+func (sh *shard) released(seg *segment) {
+	if seg.large && seg.nlive == 0 {
+		sh.dropSegment(seg)
+	}
+}
+
+func (g *segEngine) flushed() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (g *segEngine) stats(st *Stats) {
+	for i := range g.shards {
+		sh := &g.shards[i]
+		sh.mu.Lock()
+		st.CurrItems += sh.items
+		st.Bytes += sh.bytes
+		st.Evictions += sh.evictions
+		st.EvictedUnfetched += sh.evictedUnfetched
+		st.Rejections += sh.rejections
+		st.Hits += sh.hits
+		st.Misses += sh.misses
+		sh.mu.Unlock()
+	}
+}
+
+// newIndex gives the shard an empty index of 2^k slots, and a ghost table
+// to go with it.
+func (sh *shard) newIndex(k uint) error {
+	n := tableBytes(k)
+	mem, err := mapMem(n)
+	if err != nil {
+		return err
+	}
+	sh.spent += int64(n - len(sh.idxMem))
+	old, oldMem := sh.idx, sh.idxMem
+	sh.idx, sh.idxMem = newIndex(mem, k), mem
+	sh.ghost = newGhost(mem[indexBytes(k):])
+	if oldMem != nil {
+		old.moveTo(&sh.idx)
+		unmapMem(oldMem)
+	}
+	return nil
+}
+
+// tableBytes is the mapping of an index of 2^k slots and its ghost table.
+func tableBytes(k uint) int { return indexBytes(k) + ghostBytes(k) }
+
+// grow doubles the index, evicting to pay for it; false if it cannot.
+func (sh *shard) grow(now int64) bool {
+	k := 64 - sh.idx.shift + 1
+	if k > maxIndex {
+		return false
+	}
+	need := int64(tableBytes(k) - len(sh.idxMem))
+	for sh.spent+need > sh.max {
+		if !sh.shed(now) {
+			return false
+		}
+	}
+	return sh.newIndex(k) == nil
 }

@@ -9,9 +9,9 @@
 //   - Segments (segments.go and the files it names): items live off the Go
 //     heap, header, key and value together, appended to memory-mapped
 //     segments and found through an index that holds no pointers. Whole
-//     segments are evicted, S3-FIFO over segments, chosen on traces (see
-//     evict.go). The store for the items a node owns: it holds about 1.4×
-//     the items per MiB of ristretto's... see README "Memory".
+//     segments are evicted (evict.go). The engine for the items a node
+//     owns: about 30 bytes per item on top of key and value, and nothing
+//     for the garbage collector to scan (README "Memory" has the figures).
 //   - Ristretto (ristretto.go, github.com/dgraph-io/ristretto/v2): items are
 //     Go objects in ristretto's map; its TinyLFU admission keeps one-off keys
 //     out, which is what the store of copies (the spilled keys a node reads

@@ -21,7 +21,9 @@ func seed(t *testing.T, s *Store, clk *clock, items []Item) map[string]uint64 {
 // in returns an expiry exptime seconds from the fake clock's start.
 func in(exptime int64) time.Time { return ExpiresAt(exptime, epoch) }
 
-func TestSet(t *testing.T) {
+func TestSet(t *testing.T) { eachEngine(t, testSet) }
+
+func testSet(t *testing.T, eng Engine) {
 	tests := []struct {
 		name    string
 		seed    []Item
@@ -41,7 +43,7 @@ func TestSet(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, clk := newTestStore(t, 0)
+			s, clk := newTestStore(t, eng, 0)
 			old := seed(t, s, clk, tt.seed)
 			cas := s.Set(tt.set)
 			if cas == 0 || cas == old[tt.set.Key] {
@@ -59,8 +61,10 @@ func TestSet(t *testing.T) {
 	}
 }
 
-func TestSetCopiesValue(t *testing.T) {
-	s, _ := newTestStore(t, 0)
+func TestSetCopiesValue(t *testing.T) { eachEngine(t, testSetCopiesValue) }
+
+func testSetCopiesValue(t *testing.T, eng Engine) {
+	s, _ := newTestStore(t, eng, 0)
 	buf := []byte("abc")
 	s.Set(Item{Key: "k", Value: buf, Flags: 42})
 	copy(buf, "xyz")
@@ -70,7 +74,9 @@ func TestSetCopiesValue(t *testing.T) {
 }
 
 // TestStorage covers the conditional storage commands, one row per case.
-func TestStorage(t *testing.T) {
+func TestStorage(t *testing.T) { eachEngine(t, testStorage) }
+
+func testStorage(t *testing.T, eng Engine) {
 	type op func(s *Store, it Item) (uint64, error)
 	add := func(s *Store, it Item) (uint64, error) { return s.Add(it) }
 	replace := func(s *Store, it Item) (uint64, error) { return s.Replace(it) }
@@ -104,7 +110,7 @@ func TestStorage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, clk := newTestStore(t, 0)
+			s, clk := newTestStore(t, eng, 0)
 			old := seed(t, s, clk, tt.seed)
 			clk.Advance(tt.advance)
 			cas, err := tt.op(s, tt.it)
@@ -131,7 +137,9 @@ func TestStorage(t *testing.T) {
 	}
 }
 
-func TestCompareAndSwap(t *testing.T) {
+func TestCompareAndSwap(t *testing.T) { eachEngine(t, testCompareAndSwap) }
+
+func testCompareAndSwap(t *testing.T, eng Engine) {
 	tests := []struct {
 		name     string
 		seed     bool
@@ -147,7 +155,7 @@ func TestCompareAndSwap(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, clk := newTestStore(t, 0)
+			s, clk := newTestStore(t, eng, 0)
 			var old uint64
 			if tt.seed {
 				old = s.Set(Item{Key: "k", Value: []byte("old"), Expires: in(10)})
@@ -168,7 +176,9 @@ func TestCompareAndSwap(t *testing.T) {
 	}
 }
 
-func TestTouch(t *testing.T) {
+func TestTouch(t *testing.T) { eachEngine(t, testTouch) }
+
+func testTouch(t *testing.T, eng Engine) {
 	tests := []struct {
 		name    string
 		seed    bool
@@ -188,7 +198,7 @@ func TestTouch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, clk := newTestStore(t, 0)
+			s, clk := newTestStore(t, eng, 0)
 			var cas uint64
 			if tt.seed {
 				cas = s.Set(Item{Key: "k", Value: []byte("v"), Flags: 9, Expires: in(10)})
@@ -213,7 +223,9 @@ func TestTouch(t *testing.T) {
 	}
 }
 
-func TestDelete(t *testing.T) {
+func TestDelete(t *testing.T) { eachEngine(t, testDelete) }
+
+func testDelete(t *testing.T, eng Engine) {
 	tests := []struct {
 		name    string
 		seed    bool
@@ -226,7 +238,7 @@ func TestDelete(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, clk := newTestStore(t, 0)
+			s, clk := newTestStore(t, eng, 0)
 			if tt.seed {
 				s.Set(Item{Key: "k", Value: []byte("v"), Expires: in(10)})
 			}
@@ -245,8 +257,10 @@ func TestDelete(t *testing.T) {
 	}
 }
 
-func TestPut(t *testing.T) {
-	s, clk := newTestStore(t, 0)
+func TestPut(t *testing.T) { eachEngine(t, testPut) }
+
+func testPut(t *testing.T, eng Engine) {
+	s, clk := newTestStore(t, eng, 0)
 	s.Put(Item{Key: "k", Value: []byte("copy"), Flags: 4, CAS: 12345, Expires: in(60), Stale: true})
 	it := mustGet(t, s, "k")
 	if it.CAS != 12345 || string(it.Value) != "copy" || it.Flags != 4 || !it.Stale || !it.Expires.Equal(in(60)) {
@@ -256,7 +270,9 @@ func TestPut(t *testing.T) {
 	mustMiss(t, s, "k")
 }
 
-func TestUpdate(t *testing.T) {
+func TestUpdate(t *testing.T) { eachEngine(t, testUpdate) }
+
+func testUpdate(t *testing.T, eng Engine) {
 	errBoom := errors.New("boom")
 	tests := []struct {
 		name      string
@@ -339,7 +355,7 @@ func TestUpdate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _ := newTestStore(t, 0)
+			s, _ := newTestStore(t, eng, 0)
 			var old uint64
 			if tt.seed {
 				old = s.Set(Item{Key: "k", Value: []byte("v"), Flags: 1})
@@ -383,7 +399,7 @@ func TestUpdate(t *testing.T) {
 }
 
 func TestUpdateSharesUnchangedBytes(t *testing.T) {
-	s, _ := newTestStore(t, 0)
+	s, _ := newTestStore(t, Ristretto, 0)
 	s.Set(Item{Key: "k", Value: []byte("value")})
 	before := mustGet(t, s, "k")
 	s.Update("k", func(cur Item, ok bool) (Item, bool, error) {
@@ -401,8 +417,10 @@ func TestUpdateSharesUnchangedBytes(t *testing.T) {
 	}
 }
 
-func TestStats(t *testing.T) {
-	s, clk := newTestStore(t, 1<<20)
+func TestStats(t *testing.T) { eachEngine(t, testStats) }
+
+func testStats(t *testing.T, eng Engine) {
+	s, clk := newTestStore(t, eng, 1<<20)
 	for i := 0; i < 10; i++ {
 		s.Set(Item{Key: string(rune('a' + i)), Value: bytes.Repeat([]byte("x"), 10)})
 	}
@@ -418,7 +436,7 @@ func TestStats(t *testing.T) {
 	want := Stats{
 		CurrItems:        9,
 		TotalItems:       12,
-		Bytes:            8*(1+10+ItemOverhead) + (1 + 2 + ItemOverhead),
+		Bytes:            8*charged(eng, 1, 10) + charged(eng, 1, 2),
 		Hits:             1,
 		Misses:           2,
 		GetExpired:       1,
@@ -431,8 +449,10 @@ func TestStats(t *testing.T) {
 	}
 }
 
-func TestNewDefaults(t *testing.T) {
-	s, err := New(Config{})
+func TestNewDefaults(t *testing.T) { eachEngine(t, testNewDefaults) }
+
+func testNewDefaults(t *testing.T, eng Engine) {
+	s, err := New(Config{Engine: eng})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,8 +464,10 @@ func TestNewDefaults(t *testing.T) {
 	mustGet(t, s, "k")
 }
 
-func TestClosedStore(t *testing.T) {
-	s, err := New(Config{})
+func TestClosedStore(t *testing.T) { eachEngine(t, testClosedStore) }
+
+func testClosedStore(t *testing.T, eng Engine) {
+	s, err := New(Config{Engine: eng})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +482,9 @@ func TestClosedStore(t *testing.T) {
 // TestFetched follows memcached 1.6.18's fetched flag (mg h, me fetch=):
 // set by reads and touches, kept by an in-place incr, cleared by writes
 // that make a new item; mg u (Peek) leaves it alone.
-func TestFetched(t *testing.T) {
+func TestFetched(t *testing.T) { eachEngine(t, testFetched) }
+
+func testFetched(t *testing.T, eng Engine) {
 	tests := []struct {
 		name  string
 		value string
@@ -482,7 +506,7 @@ func TestFetched(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _ := newTestStore(t, 0)
+			s, _ := newTestStore(t, eng, 0)
 			s.Set(Item{Key: "k", Value: []byte(tt.value)})
 			tt.ops(s)
 			it, ok := s.Peek("k")
@@ -493,8 +517,10 @@ func TestFetched(t *testing.T) {
 	}
 }
 
-func TestGetReportsFetchedBefore(t *testing.T) {
-	s, _ := newTestStore(t, 0)
+func TestGetReportsFetchedBefore(t *testing.T) { eachEngine(t, testGetReportsFetchedBefore) }
+
+func testGetReportsFetchedBefore(t *testing.T, eng Engine) {
+	s, _ := newTestStore(t, eng, 0)
 	s.Set(Item{Key: "k", Value: []byte("v")})
 	for i, want := range []bool{false, true, true} {
 		if it := mustGet(t, s, "k"); it.Fetched != want {
@@ -514,9 +540,11 @@ func TestGetReportsFetchedBefore(t *testing.T) {
 // TestValidHook: an item Config.Valid refuses is not returned, not acted
 // on by a write that depends on it, and is reclaimed; items written after
 // the refusal's sequence are seen.
-func TestValidHook(t *testing.T) {
+func TestValidHook(t *testing.T) { eachEngine(t, testValidHook) }
+
+func testValidHook(t *testing.T, eng Engine) {
 	var cutoff atomic.Uint64 // items with seq <= cutoff are refused
-	s, err := New(Config{Valid: func(key string, seq uint64) bool { return seq > cutoff.Load() }})
+	s, err := New(Config{Engine: eng, Valid: func(key string, seq uint64) bool { return seq > cutoff.Load() }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,10 +568,12 @@ func TestValidHook(t *testing.T) {
 
 // TestUniquesHook: CAS uniques come from Config.Uniques, for every kind of
 // write, while a touch keeps the item's unique.
-func TestUniquesHook(t *testing.T) {
+func TestUniquesHook(t *testing.T) { eachEngine(t, testUniquesHook) }
+
+func testUniquesHook(t *testing.T, eng Engine) {
 	var next atomic.Uint64
 	next.Store(1000)
-	s, err := New(Config{Uniques: func() uint64 { return next.Add(7) }})
+	s, err := New(Config{Engine: eng, Uniques: func() uint64 { return next.Add(7) }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,138 @@
+package store
+
+import "unsafe"
+
+// index maps a key's hash to where its item lives, in one 8-byte slot per
+// item and no pointers: an open-addressing table with linear probing and
+// Robin Hood placement, in a mapping of its own (mapMem). It does not know
+// keys: a lookup gives each slot whose tag matches to a function that
+// compares the key in place.
+//
+// A slot holds the hash's top tagBits bits (the tag) above a location
+// (locBits: a segment number and an offset in it); an empty slot is zero,
+// which no location is (segment numbers start at 1). The table has 2^k
+// slots, k <= tagBits, and a hash's home slot is its top k bits, which the
+// tag holds too: the table grows, and a slot's probe distance is known,
+// without the key. Of the tag, the tagBits-k bits below the home filter
+// lookups; with 2^20 slots a lookup compares a key it did not want about
+// once in 64 slots visited.
+//
+// Robin Hood: an entry being placed takes the slot of one nearer its own
+// home and carries that one on, so probe lengths stay even and a lookup
+// for a missing key stops as soon as it passes where the key would be.
+// Removal shifts the following entries back (no tombstones). The table
+// grows at 7/8 full.
+//
+// Not safe for concurrent use: each shard's mutex guards its index.
+type index struct {
+	slots []uint64
+	shift uint // 64 - k
+	n     int  // entries
+}
+
+const (
+	locBits  = 38 // segment number (segIDBits) and offset (segBits)
+	tagBits  = 64 - locBits
+	locMask  = 1<<locBits - 1
+	minIndex = 6 // a table starts with 2^minIndex slots
+	maxIndex = tagBits
+)
+
+// indexBytes is what a table of 2^k slots takes.
+func indexBytes(k uint) int { return 8 << k }
+
+// newIndex returns a table of 2^k slots in mem, which must be zeroed and
+// at least indexBytes(k) long, and 8-byte aligned (a mapping is).
+func newIndex(mem []byte, k uint) index {
+	return index{slots: unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), 1<<k), shift: 64 - k}
+}
+
+func (x *index) mask() int { return len(x.slots) - 1 }
+
+// home is the slot a hash (or a slot's content) starts probing at.
+func (x *index) home(h uint64) int { return int(h >> x.shift) }
+
+// dist is how far the entry at pos is from its home.
+func (x *index) dist(pos int) int { return (pos - x.home(x.slots[pos])) & x.mask() }
+
+// full reports whether one more entry would take the table past 7/8.
+func (x *index) full() bool { return (x.n+1)*8 > len(x.slots)*7 }
+
+// find returns the position of h's entry for which eq(location) holds.
+func (x *index) find(h uint64, eq func(loc uint64) bool) (int, bool) {
+	mask := x.mask()
+	tag := h >> locBits
+	pos := x.home(h)
+	for d := 0; ; d++ {
+		s := x.slots[pos]
+		if s == 0 || x.dist(pos) < d {
+			return 0, false
+		}
+		if s>>locBits == tag && eq(s&locMask) {
+			return pos, true
+		}
+		pos = (pos + 1) & mask
+	}
+}
+
+// at returns the position of the entry holding loc for hash h, which must
+// be in the table.
+func (x *index) at(h, loc uint64) int {
+	pos, ok := x.find(h, func(l uint64) bool { return l == loc })
+	if !ok {
+		panic("store: index lost an item")
+	}
+	return pos
+}
+
+// loc is the location held at pos.
+func (x *index) loc(pos int) uint64 { return x.slots[pos] & locMask }
+
+// set moves the entry at pos to loc.
+func (x *index) set(pos int, loc uint64) { x.slots[pos] = x.slots[pos]&^locMask | loc }
+
+// insert adds an entry for h at loc; the table must not be full.
+func (x *index) insert(h, loc uint64) {
+	mask := x.mask()
+	e := h&^locMask | loc
+	pos := x.home(h)
+	for d := 0; ; d++ {
+		s := x.slots[pos]
+		if s == 0 {
+			x.slots[pos] = e
+			x.n++
+			return
+		}
+		if sd := x.dist(pos); sd < d {
+			x.slots[pos], e = e, s
+			d = sd
+		}
+		pos = (pos + 1) & mask
+	}
+}
+
+// remove deletes the entry at pos, shifting back the entries after it
+// that are away from home.
+func (x *index) remove(pos int) {
+	mask := x.mask()
+	for {
+		next := (pos + 1) & mask
+		if x.slots[next] == 0 || x.dist(next) == 0 {
+			x.slots[pos] = 0
+			x.n--
+			return
+		}
+		x.slots[pos] = x.slots[next]
+		pos = next
+	}
+}
+
+// moveTo inserts every entry of x into y, which must be empty and large
+// enough.
+func (x *index) moveTo(y *index) {
+	for _, s := range x.slots {
+		if s != 0 {
+			y.insert(s, s&locMask)
+		}
+	}
+}

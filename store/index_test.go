@@ -1,0 +1,187 @@
+package store
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+)
+
+// indexModel drives an index and a map with the same operations. Keys are
+// small integers; their hashes come from a table the test fills, so that
+// many keys can share a home slot, a tag or the whole hash, and the
+// comparison function (eq) is what tells them apart. A key's location
+// encodes the key, so that eq needs no other state.
+type indexModel struct {
+	t     testing.TB
+	x     index
+	mem   []byte
+	hash  func(key int) uint64
+	locOf map[int]uint64 // key -> location, for the keys in the index
+	ver   uint64
+}
+
+func newIndexModel(t testing.TB, k uint, hash func(int) uint64) *indexModel {
+	mem, err := mapMem(indexBytes(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmapMem(mem) })
+	return &indexModel{t: t, x: newIndex(mem, k), mem: mem, hash: hash, locOf: map[int]uint64{}}
+}
+
+// loc makes a new location for key: never 0, key in the high bits.
+func (m *indexModel) loc(key int) uint64 {
+	m.ver++
+	return uint64(key+1)<<20 | m.ver&(1<<20-1)
+}
+
+func keyOfLoc(loc uint64) int { return int(loc>>20) - 1 }
+
+func (m *indexModel) find(key int) (int, bool) {
+	return m.x.find(m.hash(key), func(loc uint64) bool { return keyOfLoc(loc) == key })
+}
+
+func (m *indexModel) step(op byte, key int) {
+	pos, found := m.find(key)
+	want, in := m.locOf[key]
+	if found != in {
+		m.t.Fatalf("key %d: index has it %v, model %v", key, found, in)
+	}
+	if found && m.x.loc(pos) != want {
+		m.t.Fatalf("key %d: location %x, model %x", key, m.x.loc(pos), want)
+	}
+	switch op % 4 {
+	case 0, 1: // insert or move
+		l := m.loc(key)
+		switch {
+		case found:
+			m.x.set(pos, l)
+		case m.x.n < len(m.x.slots):
+			m.x.insert(m.hash(key), l)
+		default:
+			return
+		}
+		m.locOf[key] = l
+	case 2:
+		if found {
+			m.x.remove(pos)
+			delete(m.locOf, key)
+		}
+	case 3: // at: by location
+		if found && m.x.at(m.hash(key), want) != pos {
+			m.t.Fatalf("key %d: at() disagrees with find()", key)
+		}
+	}
+	m.check()
+}
+
+// check verifies the table: its count, that every entry is found from its
+// home without crossing an empty slot, and Robin Hood's order (along a run,
+// an entry's distance from home grows by at most one per slot).
+func (m *indexModel) check() {
+	x := &m.x
+	n := 0
+	for pos, s := range x.slots {
+		if s == 0 {
+			continue
+		}
+		n++
+		prev := (pos - 1) & x.mask()
+		if d := x.dist(pos); d > 0 && (x.slots[prev] == 0 || x.dist(prev) < d-1) {
+			m.t.Fatalf("slot %d: distance %d after a slot at distance %d (empty: %v)", pos, d, x.dist(prev), x.slots[prev] == 0)
+		}
+		if key := keyOfLoc(s & locMask); m.locOf[key] != s&locMask {
+			m.t.Fatalf("slot %d holds a location of key %d the model does not have", pos, key)
+		}
+	}
+	if n != x.n || n != len(m.locOf) {
+		m.t.Fatalf("%d slots used, index counts %d, model %d", n, x.n, len(m.locOf))
+	}
+}
+
+// grow moves the table into one twice its size.
+func (m *indexModel) grow() {
+	k := 64 - m.x.shift + 1
+	mem, err := mapMem(indexBytes(k))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	y := newIndex(mem, k)
+	m.x.moveTo(&y)
+	unmapMem(m.mem)
+	m.x, m.mem = y, mem
+	m.t.Cleanup(func() { unmapMem(mem) })
+	m.check()
+}
+
+// clusteredHash gives keys few distinct hashes: 8 homes' worth of top
+// bits, and tags that repeat, so probe runs wrap around the table and
+// collide.
+func clusteredHash(key int) uint64 {
+	h := uint64(key%8)<<61 | uint64(key%3)<<40
+	if key%5 == 0 {
+		h |= uint64(key) << 38 // a distinct tag now and then
+	}
+	return h
+}
+
+func TestIndexModel(t *testing.T) {
+	hashes := map[string]func(int) uint64{
+		"clustered": clusteredHash,
+		"spread":    func(key int) uint64 { return rand.New(rand.NewPCG(uint64(key), 7)).Uint64() },
+		"one-hash":  func(int) uint64 { return 0xdead << 48 },
+	}
+	for name, hash := range hashes {
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			m := newIndexModel(t, 4, hash) // 16 slots: runs wrap and fill up
+			for i := range 20000 {
+				m.step(byte(rng.IntN(4)), rng.IntN(24))
+				if i == 10000 {
+					m.grow()
+				}
+			}
+		})
+	}
+}
+
+// FuzzIndex runs the model on operations read from the input: each pair
+// of bytes is an operation and a key.
+func FuzzIndex(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 9, 2, 1, 0, 17, 3, 9})
+	f.Add(binary.LittleEndian.AppendUint64(nil, 0x0102030405060708))
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		m := newIndexModel(t, 3, clusteredHash)
+		for i := 0; i+1 < len(ops); i += 2 {
+			if ops[i] == 0xff {
+				m.grow()
+				continue
+			}
+			m.step(ops[i], int(ops[i+1]%40))
+		}
+	})
+}
+
+func BenchmarkIndexFind(b *testing.B) {
+	const k = 20
+	mem, err := mapMem(indexBytes(k))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unmapMem(mem)
+	x := newIndex(mem, k)
+	rng := rand.New(rand.NewPCG(1, 1))
+	hs := make([]uint64, len(x.slots)*7/8)
+	for i := range hs {
+		hs[i] = rng.Uint64()
+		x.insert(hs[i], uint64(i+1))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		h := hs[i%len(hs)]
+		if _, ok := x.find(h, func(loc uint64) bool { return true }); !ok {
+			b.Fatal("lost")
+		}
+	}
+}
