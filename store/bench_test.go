@@ -6,16 +6,32 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
+
+// Every benchmark runs once per engine, as BenchmarkX/ristretto and
+// BenchmarkX/segments; compare them with
+//
+//	go test -run '^$' -bench . -count 6 ./store/ | tee /tmp/b.txt
+//	benchstat -col /engine /tmp/b.txt
 
 const benchKeys = 1 << 16
 
-func benchStore(b *testing.B) (*Store, []string) {
-	s, _ := newTestStore(b, Ristretto, 1<<30)
+// eachEngineB runs a benchmark once per engine.
+func eachEngineB(b *testing.B, bench func(b *testing.B, eng Engine)) {
+	for _, eng := range engines {
+		b.Run("engine="+eng.String(), func(b *testing.B) { bench(b, eng) })
+	}
+}
+
+func benchStore(b *testing.B, eng Engine) (*Store, []string) {
+	s, _ := newTestStore(b, eng, 1<<30)
 	keys := make([]string, benchKeys)
 	val := bytes.Repeat([]byte("v"), 100)
 	for i := range keys {
@@ -29,117 +45,184 @@ func benchStore(b *testing.B) (*Store, []string) {
 }
 
 func BenchmarkGet(b *testing.B) {
-	s, keys := benchStore(b)
-	for i := 0; i < b.N; i++ {
-		if _, ok := s.Get(keys[i%benchKeys]); !ok {
-			b.Fatal("miss")
+	eachEngineB(b, func(b *testing.B, eng Engine) {
+		s, keys := benchStore(b, eng)
+		for i := 0; i < b.N; i++ {
+			if _, ok := s.Get(keys[i%benchKeys]); !ok {
+				b.Fatal("miss")
+			}
 		}
-	}
+	})
 }
 
 func BenchmarkGetParallel(b *testing.B) {
-	s, keys := benchStore(b)
-	var seq atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(seq.Add(1)) * 7919
-		for pb.Next() {
-			s.Get(keys[i%benchKeys])
-			i++
-		}
+	eachEngineB(b, func(b *testing.B, eng Engine) {
+		s, keys := benchStore(b, eng)
+		var seq atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(1)) * 7919
+			for pb.Next() {
+				s.Get(keys[i%benchKeys])
+				i++
+			}
+		})
 	})
 }
 
 // BenchmarkSet overwrites existing keys: ristretto applies those in place.
 func BenchmarkSet(b *testing.B) {
-	s, keys := benchStore(b)
-	val := bytes.Repeat([]byte("w"), 100)
-	for i := 0; i < b.N; i++ {
-		s.Set(Item{Key: keys[i%benchKeys], Value: val})
-	}
+	eachEngineB(b, func(b *testing.B, eng Engine) {
+		s, keys := benchStore(b, eng)
+		val := bytes.Repeat([]byte("w"), 100)
+		for i := 0; i < b.N; i++ {
+			s.Set(Item{Key: keys[i%benchKeys], Value: val})
+		}
+	})
 }
 
 func BenchmarkSetParallel(b *testing.B) {
-	s, keys := benchStore(b)
-	val := bytes.Repeat([]byte("w"), 100)
-	var seq atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(seq.Add(1)) * 7919
-		for pb.Next() {
-			s.Set(Item{Key: keys[i%benchKeys], Value: val})
-			i++
-		}
+	eachEngineB(b, func(b *testing.B, eng Engine) {
+		s, keys := benchStore(b, eng)
+		val := bytes.Repeat([]byte("w"), 100)
+		var seq atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(1)) * 7919
+			for pb.Next() {
+				s.Set(Item{Key: keys[i%benchKeys], Value: val})
+				i++
+			}
+		})
+	})
+}
+
+// BenchmarkMixParallel is the owned store's day: 9 gets to 1 set over
+// keys of which a tenth are not there yet, in a store that holds them
+// all.
+func BenchmarkMixParallel(b *testing.B) {
+	eachEngineB(b, func(b *testing.B, eng Engine) {
+		s, keys := benchStore(b, eng)
+		val := bytes.Repeat([]byte("w"), 100)
+		var seq atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seq.Add(1)) * 7919
+			for pb.Next() {
+				key := keys[i%benchKeys]
+				if i%10 == 0 {
+					s.Set(Item{Key: key, Value: val})
+				} else {
+					s.Get(key)
+				}
+				i++
+			}
+		})
 	})
 }
 
 // BenchmarkSetNew writes keys the store has never seen, each followed by a
 // read of it: the read-your-writes path (overlay, janitor).
 func BenchmarkSetNew(b *testing.B) {
-	s, _ := newTestStore(b, Ristretto, 1<<30)
-	val := bytes.Repeat([]byte("v"), 100)
-	keys := make([]string, b.N)
-	for i := range keys {
-		keys[i] = "new:" + strconv.Itoa(i)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		s.Set(Item{Key: keys[i], Value: val})
-		if _, ok := s.Get(keys[i]); !ok {
-			b.Fatal("read-your-writes")
+	eachEngineB(b, func(b *testing.B, eng Engine) {
+		s, _ := newTestStore(b, eng, 1<<30)
+		val := bytes.Repeat([]byte("v"), 100)
+		keys := make([]string, b.N)
+		for i := range keys {
+			keys[i] = "new:" + strconv.Itoa(i)
 		}
-	}
-}
-
-func BenchmarkSetNewParallel(b *testing.B) {
-	s, _ := newTestStore(b, Ristretto, 1<<30)
-	val := bytes.Repeat([]byte("v"), 100)
-	var seq atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		g := strconv.Itoa(int(seq.Add(1))) + ":"
-		for i := 0; pb.Next(); i++ {
-			key := g + strconv.Itoa(i)
-			s.Set(Item{Key: key, Value: val})
-			if _, ok := s.Get(key); !ok {
-				b.Error("read-your-writes")
-				return
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			s.Set(Item{Key: keys[i], Value: val})
+			if _, ok := s.Get(keys[i]); !ok {
+				b.Fatal("read-your-writes")
 			}
 		}
 	})
 }
 
+func BenchmarkSetNewParallel(b *testing.B) {
+	eachEngineB(b, func(b *testing.B, eng Engine) {
+		s, _ := newTestStore(b, eng, 1<<30)
+		val := bytes.Repeat([]byte("v"), 100)
+		var seq atomic.Int64
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			g := strconv.Itoa(int(seq.Add(1))) + ":"
+			for i := 0; pb.Next(); i++ {
+				key := g + strconv.Itoa(i)
+				s.Set(Item{Key: key, Value: val})
+				if _, ok := s.Get(key); !ok {
+					b.Error("read-your-writes")
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkSetEvict writes new keys into a store that is full: the
+// eviction path.
+func BenchmarkSetEvict(b *testing.B) {
+	eachEngineB(b, func(b *testing.B, eng Engine) {
+		s, _ := newTestStore(b, eng, 16<<20)
+		val := bytes.Repeat([]byte("v"), 100)
+		key := make([]byte, 0, 16)
+		for i := range 400_000 { // fill it first
+			s.Set(Item{Key: string(appendKey(key[:0], i)), Value: val})
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			s.Set(Item{Key: string(appendKey(key[:0], 400_000+i)), Value: val})
+		}
+	})
+}
+
 func BenchmarkIncr(b *testing.B) {
-	s, _ := newTestStore(b, Ristretto, 0)
-	s.Set(Item{Key: "n", Value: []byte("0")})
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := s.Incr("n", 1, false); err != nil {
-			b.Fatal(err)
+	eachEngineB(b, func(b *testing.B, eng Engine) {
+		s, _ := newTestStore(b, eng, 0)
+		s.Set(Item{Key: "n", Value: []byte("0")})
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := s.Incr("n", 1, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// appendKey appends "key:%07d" without fmt's garbage.
+func appendKey(dst []byte, i int) []byte {
+	dst = append(dst, "key:0000000"...)
+	for j, x := len(dst)-1, i; x > 0; j, x = j-1, x/10 {
+		dst[j] = byte('0' + x%10)
+	}
+	return dst
+}
+
+// BenchmarkMemory stores N items of 100-byte values under 11-byte keys
+// into a store with memcached's -m 1024, as one would load memcached, and
+// reports what each item costs beyond its 111 bytes of key and value,
+// counted two ways: the Go heap in use plus what the store mapped
+// (segments, index), and the process's resident memory. Run it alone:
+//
+//	go test -run '^$' -bench Memory ./store/
+func BenchmarkMemory(b *testing.B) {
+	for _, eng := range engines {
+		for _, n := range []int{250_000, 1_000_000, 1_500_000} {
+			b.Run(fmt.Sprintf("engine=%s/items=%d", eng, n), func(b *testing.B) {
+				for range b.N {
+					measureMemory(b, eng, n)
+				}
+			})
 		}
 	}
 }
 
-// BenchmarkMemory stores N items of 100-byte values under 11-byte keys, as
-// one would load memcached, and reports the Go heap in use per item and the
-// process's resident memory. Run it alone:
-//
-//	go test -run '^$' -bench Memory ./store/
-func BenchmarkMemory(b *testing.B) {
-	for _, n := range []int{250_000, 1_000_000, 1_500_000} {
-		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
-			for range b.N {
-				measureMemory(b, n)
-			}
-		})
-	}
-}
-
-func measureMemory(b *testing.B, n int) {
-	before := heapInuse()
-	s, err := New(Config{MaxBytes: 1 << 30}) // memcached -m 1024
-
+func measureMemory(b *testing.B, eng Engine, n int) {
+	before, rss0 := heapInuse(), rssBytes()
+	s, err := New(Config{Engine: eng, MaxBytes: 1 << 30}) // memcached -m 1024
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -147,23 +230,103 @@ func measureMemory(b *testing.B, n int) {
 	val := bytes.Repeat([]byte("x"), 100)
 	key := make([]byte, 0, 16)
 	for i := 0; i < n; i++ {
-		key = append(key[:0], "key:0000000"...) // key:%07d without fmt's garbage
-		for j, x := len(key)-1, i; x > 0; j, x = j-1, x/10 {
-			key[j] = byte('0' + x%10)
-		}
-		s.Set(Item{Key: string(key), Value: val})
+		s.Set(Item{Key: string(appendKey(key[:0], i)), Value: val})
 	}
 	st := s.Stats()
 	if st.CurrItems != int64(n) {
 		b.Fatalf("%d items held, want %d", st.CurrItems, n)
 	}
-	perItem := float64(heapInuse()-before) / float64(n)
-	b.ReportMetric(perItem, "heap-B/item")
-	b.ReportMetric(perItem-111, "overhead-B/item")
-	b.ReportMetric(float64(rssBytes())/float64(1<<20), "rss-MiB")
+	used := float64(heapInuse()-before) + float64(mapped(s))
+	b.ReportMetric(used/float64(n)-111, "overhead-B/item")
 	debug.FreeOSMemory()
-	b.ReportMetric(float64(rssBytes())/float64(1<<20), "rss-freed-MiB")
+	b.ReportMetric(float64(rssBytes()-rss0)/float64(n)-111, "rss-overhead-B/item")
 	runtime.KeepAlive(s)
+}
+
+// mapped is what a Segments store has mapped; 0 for Ristretto.
+func mapped(s *Store) int64 {
+	g, ok := s.eng.(*segEngine)
+	if !ok {
+		return 0
+	}
+	return spent(g)
+}
+
+// BenchmarkGCPause times a forced full collection (runtime.GC) with 1M
+// items of 100 bytes in the owned store, with and without a full copy
+// store beside it (a Ristretto store of server.DefaultCopyMaxBytes, 16
+// MiB, as a cluster node has), and in an empty process for a baseline. It
+// reports the wall time and the CPU time the collector spent
+// (runtime/metrics), medians of 10. Run it alone; on a machine shared with
+// other work the wall time includes waiting for a core, which GOMAXPROCS=1
+// leaves out:
+//
+//	GOMAXPROCS=1 go test -run '^$' -bench GCPause -benchtime 1x ./store/
+func BenchmarkGCPause(b *testing.B) {
+	cases := []struct {
+		name   string
+		owned  Engine
+		items  int
+		copies bool
+	}{
+		{name: "empty"},
+		{name: "owned=segments", owned: Segments, items: 1_000_000},
+		{name: "owned=segments/copies=full", owned: Segments, items: 1_000_000, copies: true},
+		{name: "owned=ristretto/copies=full", owned: Ristretto, items: 1_000_000, copies: true},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			val := bytes.Repeat([]byte("x"), 100)
+			key := make([]byte, 0, 16)
+			if c.items > 0 {
+				owned, err := New(Config{Engine: c.owned, MaxBytes: 1 << 30})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer owned.Close()
+				for i := range c.items {
+					owned.Set(Item{Key: string(appendKey(key[:0], i)), Value: val})
+				}
+			}
+			if c.copies {
+				copies, err := New(Config{MaxBytes: 16 << 20})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer copies.Close()
+				for i := range 200_000 { // far more than 16 MiB holds
+					copies.Put(Item{Key: string(appendKey(key[:0], i)), Value: val, CAS: 1})
+				}
+				copies.Stats()
+			}
+			b.ResetTimer()
+			for range b.N {
+				wall, cpu := gcPause(10)
+				b.ReportMetric(float64(wall.Microseconds())/1000, "gc-wall-ms")
+				b.ReportMetric(float64(cpu.Microseconds())/1000, "gc-cpu-ms")
+			}
+		})
+	}
+}
+
+// gcPause runs n forced collections and returns the median wall time and
+// the median CPU time the collector spent in one.
+func gcPause(n int) (wall, cpu time.Duration) {
+	sample := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	walls := make([]time.Duration, n)
+	cpus := make([]time.Duration, n)
+	for i := range n {
+		metrics.Read(sample)
+		c0 := sample[0].Value.Float64()
+		t0 := time.Now()
+		runtime.GC()
+		walls[i] = time.Since(t0)
+		metrics.Read(sample)
+		cpus[i] = time.Duration((sample[0].Value.Float64() - c0) * 1e9)
+	}
+	slices.Sort(walls)
+	slices.Sort(cpus)
+	return walls[n/2], cpus[n/2]
 }
 
 func heapInuse() uint64 {
