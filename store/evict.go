@@ -410,8 +410,9 @@ func (sh *shard) dropSegment(seg *segment) {
 // has entries, at half its size).
 type ghost struct{ tags []uint16 }
 
-// ghostBytes is the ghost table that goes with an index of 2^k slots.
-func ghostBytes(k uint) int { return 2 << (k - 1) }
+// ghostBytes is the ghost table that goes with an index of n slots: a tag
+// for every other slot.
+func ghostBytes(n int) int { return n &^ 1 }
 
 func newGhost(mem []byte) ghost {
 	return ghost{tags: unsafe.Slice((*uint16)(unsafe.Pointer(&mem[0])), len(mem)/2)}
@@ -419,8 +420,8 @@ func newGhost(mem []byte) ghost {
 
 // The slot and the tag use hash bits the shard (low bits) and the index
 // position (high bits) leave alone.
-func (g *ghost) slot(h uint64) *uint16 { return &g.tags[int(h>>8)&(len(g.tags)-1)] }
-func ghostTag(h uint64) uint16         { return uint16(h>>24) | 1 }
+func (g *ghost) slot(h uint64) *uint16 { return &g.tags[int(h>>32*uint64(len(g.tags))>>32)] }
+func ghostTag(h uint64) uint16         { return uint16(h>>8) | 1 }
 
 func (g *ghost) add(h uint64) { *g.slot(h) = ghostTag(h) }
 

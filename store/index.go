@@ -10,57 +10,67 @@ import "unsafe"
 //
 // A slot holds the hash's top tagBits bits (the tag) above a location
 // (locBits: a segment number and an offset in it); an empty slot is zero,
-// which no location is (segment numbers start at 1). The table has 2^k
-// slots, k <= tagBits, and a hash's home slot is its top k bits, which the
-// tag holds too: the table grows, and a slot's probe distance is known,
-// without the key. Of the tag, the tagBits-k bits below the home filter
-// lookups; with 2^20 slots a lookup compares a key it did not want about
-// once in 64 slots visited.
+// which no location is (segment numbers start at 1). A hash's home slot is
+// its tag scaled to the table's size (tag × size / 2^tagBits, Lemire's
+// fast range), which the slot keeps: the table grows to any size, by a
+// quarter at a time, and a slot's probe distance is known, without the
+// key. The tag's low bits, below the home, filter lookups: with 2^20 slots
+// a lookup compares a key it did not want about once in 64 slots visited.
 //
 // Robin Hood: an entry being placed takes the slot of one nearer its own
 // home and carries that one on, so probe lengths stay even and a lookup
 // for a missing key stops as soon as it passes where the key would be.
 // Removal shifts the following entries back (no tombstones). The table
-// grows at 7/8 full.
+// grows past 7/8 full.
 //
 // Not safe for concurrent use: each shard's mutex guards its index.
 type index struct {
 	slots []uint64
-	shift uint // 64 - k
-	n     int  // entries
+	n     int // entries
 }
 
 const (
 	locBits  = 38 // segment number (segIDBits) and offset (segBits)
 	tagBits  = 64 - locBits
 	locMask  = 1<<locBits - 1
-	minIndex = 6 // a table starts with 2^minIndex slots
-	maxIndex = tagBits
+	minIndex = 64         // slots a table starts with
+	maxIndex = 1<<tagBits // so that homes are distinct
 )
 
-// indexBytes is what a table of 2^k slots takes.
-func indexBytes(k uint) int { return 8 << k }
+// indexBytes is what a table of n slots takes.
+func indexBytes(n int) int { return 8 * n }
 
-// newIndex returns a table of 2^k slots in mem, which must be zeroed and
-// at least indexBytes(k) long, and 8-byte aligned (a mapping is).
-func newIndex(mem []byte, k uint) index {
-	return index{slots: unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), 1<<k), shift: 64 - k}
+// newIndex returns a table of n slots in mem, which must be zeroed, at
+// least indexBytes(n) long and 8-byte aligned (a mapping is).
+func newIndex(mem []byte, n int) index {
+	return index{slots: unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), n)}
 }
 
-func (x *index) mask() int { return len(x.slots) - 1 }
-
 // home is the slot a hash (or a slot's content) starts probing at.
-func (x *index) home(h uint64) int { return int(h >> x.shift) }
+func (x *index) home(h uint64) int { return int((h >> locBits) * uint64(len(x.slots)) >> tagBits) }
+
+// next is the slot after pos.
+func (x *index) next(pos int) int {
+	if pos++; pos == len(x.slots) {
+		return 0
+	}
+	return pos
+}
 
 // dist is how far the entry at pos is from its home.
-func (x *index) dist(pos int) int { return (pos - x.home(x.slots[pos])) & x.mask() }
+func (x *index) dist(pos int) int {
+	d := pos - x.home(x.slots[pos])
+	if d < 0 {
+		d += len(x.slots)
+	}
+	return d
+}
 
 // full reports whether one more entry would take the table past 7/8.
 func (x *index) full() bool { return (x.n+1)*8 > len(x.slots)*7 }
 
 // find returns the position of h's entry for which eq(location) holds.
 func (x *index) find(h uint64, eq func(loc uint64) bool) (int, bool) {
-	mask := x.mask()
 	tag := h >> locBits
 	pos := x.home(h)
 	for d := 0; ; d++ {
@@ -71,7 +81,7 @@ func (x *index) find(h uint64, eq func(loc uint64) bool) (int, bool) {
 		if s>>locBits == tag && eq(s&locMask) {
 			return pos, true
 		}
-		pos = (pos + 1) & mask
+		pos = x.next(pos)
 	}
 }
 
@@ -93,7 +103,6 @@ func (x *index) set(pos int, loc uint64) { x.slots[pos] = x.slots[pos]&^locMask 
 
 // insert adds an entry for h at loc; the table must not be full.
 func (x *index) insert(h, loc uint64) {
-	mask := x.mask()
 	e := h&^locMask | loc
 	pos := x.home(h)
 	for d := 0; ; d++ {
@@ -107,16 +116,15 @@ func (x *index) insert(h, loc uint64) {
 			x.slots[pos], e = e, s
 			d = sd
 		}
-		pos = (pos + 1) & mask
+		pos = x.next(pos)
 	}
 }
 
 // remove deletes the entry at pos, shifting back the entries after it
 // that are away from home.
 func (x *index) remove(pos int) {
-	mask := x.mask()
 	for {
-		next := (pos + 1) & mask
+		next := x.next(pos)
 		if x.slots[next] == 0 || x.dist(next) == 0 {
 			x.slots[pos] = 0
 			x.n--

@@ -20,13 +20,13 @@ type indexModel struct {
 	ver   uint64
 }
 
-func newIndexModel(t testing.TB, k uint, hash func(int) uint64) *indexModel {
-	mem, err := mapMem(indexBytes(k))
+func newIndexModel(t testing.TB, n int, hash func(int) uint64) *indexModel {
+	mem, err := mapMem(indexBytes(n))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unmapMem(mem) })
-	return &indexModel{t: t, x: newIndex(mem, k), mem: mem, hash: hash, locOf: map[int]uint64{}}
+	return &indexModel{t: t, x: newIndex(mem, n), mem: mem, hash: hash, locOf: map[int]uint64{}}
 }
 
 // loc makes a new location for key: never 0, key in the high bits.
@@ -86,7 +86,7 @@ func (m *indexModel) check() {
 			continue
 		}
 		n++
-		prev := (pos - 1) & x.mask()
+		prev := (pos + len(x.slots) - 1) % len(x.slots)
 		if d := x.dist(pos); d > 0 && (x.slots[prev] == 0 || x.dist(prev) < d-1) {
 			m.t.Fatalf("slot %d: distance %d after a slot at distance %d (empty: %v)", pos, d, x.dist(prev), x.slots[prev] == 0)
 		}
@@ -99,14 +99,14 @@ func (m *indexModel) check() {
 	}
 }
 
-// grow moves the table into one twice its size.
+// grow moves the table into one a quarter larger, as a shard does.
 func (m *indexModel) grow() {
-	k := 64 - m.x.shift + 1
-	mem, err := mapMem(indexBytes(k))
+	n := len(m.x.slots) + len(m.x.slots)/4
+	mem, err := mapMem(indexBytes(n))
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	y := newIndex(mem, k)
+	y := newIndex(mem, n)
 	m.x.moveTo(&y)
 	unmapMem(m.mem)
 	m.x, m.mem = y, mem
@@ -134,11 +134,11 @@ func TestIndexModel(t *testing.T) {
 	for name, hash := range hashes {
 		t.Run(name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
-			m := newIndexModel(t, 4, hash) // 16 slots: runs wrap and fill up
-			for i := range 20000 {
+			m := newIndexModel(t, 16, hash) // runs wrap and fill up
+			for i := range 30000 {
 				m.step(byte(rng.IntN(4)), rng.IntN(24))
-				if i == 10000 {
-					m.grow()
+				if i%10000 == 9999 {
+					m.grow() // 20 slots, then 25
 				}
 			}
 		})
@@ -151,7 +151,7 @@ func FuzzIndex(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 9, 2, 1, 0, 17, 3, 9})
 	f.Add(binary.LittleEndian.AppendUint64(nil, 0x0102030405060708))
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		m := newIndexModel(t, 3, clusteredHash)
+		m := newIndexModel(t, 8, clusteredHash)
 		for i := 0; i+1 < len(ops); i += 2 {
 			if ops[i] == 0xff {
 				m.grow()
@@ -163,13 +163,13 @@ func FuzzIndex(f *testing.F) {
 }
 
 func BenchmarkIndexFind(b *testing.B) {
-	const k = 20
-	mem, err := mapMem(indexBytes(k))
+	const n = 1 << 20
+	mem, err := mapMem(indexBytes(n))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer unmapMem(mem)
-	x := newIndex(mem, k)
+	x := newIndex(mem, n)
 	rng := rand.New(rand.NewPCG(1, 1))
 	hs := make([]uint64, len(x.slots)*7/8)
 	for i := range hs {

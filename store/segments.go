@@ -54,9 +54,10 @@ const (
 	maxSegs    = 1<<segIDBits - 1 // per shard
 	pageSize   = 4 << 10
 	// maxShards bounds the shard count; a shard gets at least
-	// minShardBytes of MaxBytes.
+	// minShardBytes of MaxBytes, since each holds a few segments that are
+	// not full (a spare, and its queues' heads).
 	maxShards     = 64
-	minShardBytes = 16 * maxSegSize
+	minShardBytes = 64 * maxSegSize
 )
 
 // shard is one slice of the key space. mu guards everything in it, the
@@ -377,18 +378,18 @@ func (g *segEngine) stats(st *Stats) {
 	}
 }
 
-// newIndex gives the shard an empty index of 2^k slots, and a ghost table
-// to go with it.
-func (sh *shard) newIndex(k uint) error {
-	n := tableBytes(k)
-	mem, err := mapMem(n)
+// newIndex gives the shard an empty index of n slots, and a ghost table to
+// go with it, and moves the old index's entries into it.
+func (sh *shard) newIndex(n int) error {
+	size := tableBytes(n)
+	mem, err := mapMem(size)
 	if err != nil {
 		return err
 	}
-	sh.spent += int64(n - len(sh.idxMem))
+	sh.spent += int64(size - len(sh.idxMem))
 	old, oldMem := sh.idx, sh.idxMem
-	sh.idx, sh.idxMem = newIndex(mem, k), mem
-	sh.ghost = newGhost(mem[indexBytes(k):])
+	sh.idx, sh.idxMem = newIndex(mem, n), mem
+	sh.ghost = newGhost(mem[indexBytes(n):])
 	if oldMem != nil {
 		old.moveTo(&sh.idx)
 		unmapMem(oldMem)
@@ -396,20 +397,22 @@ func (sh *shard) newIndex(k uint) error {
 	return nil
 }
 
-// tableBytes is the mapping of an index of 2^k slots and its ghost table.
-func tableBytes(k uint) int { return indexBytes(k) + ghostBytes(k) }
+// tableBytes is the mapping of an index of n slots and its ghost table.
+func tableBytes(n int) int { return indexBytes(n) + ghostBytes(n) }
 
-// grow doubles the index, evicting to pay for it; false if it cannot.
+// grow makes the index a quarter larger, evicting to pay for it; false if
+// it cannot. (Doubling would leave the index half empty, on average a
+// quarter, and it is a tenth of the memory.)
 func (sh *shard) grow(now int64) bool {
-	k := 64 - sh.idx.shift + 1
-	if k > maxIndex {
+	n := len(sh.idx.slots) + len(sh.idx.slots)/4
+	if n > maxIndex {
 		return false
 	}
-	need := int64(tableBytes(k) - len(sh.idxMem))
+	need := int64(tableBytes(n) - len(sh.idxMem))
 	for sh.spent+need > sh.max {
 		if !sh.shed(now) {
 			return false
 		}
 	}
-	return sh.newIndex(k) == nil
+	return sh.newIndex(n) == nil
 }

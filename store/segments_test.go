@@ -144,7 +144,7 @@ func TestSegmentsLayout(t *testing.T) {
 	}{
 		{maxBytes: 4096, shards: 1, seg: 4 << 10},
 		{maxBytes: 1 << 20, shards: 1, seg: 64 << 10},
-		{maxBytes: 64 << 20, shards: min(cpus, 16), seg: 256 << 10},
+		{maxBytes: 64 << 20, shards: min(cpus, 4), seg: 256 << 10},
 		{maxBytes: 1 << 30, shards: min(cpus, 64), seg: 256 << 10},
 	}
 	for _, tt := range tests {
