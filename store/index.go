@@ -33,8 +33,8 @@ const (
 	locBits  = 38 // segment number (segIDBits) and offset (segBits)
 	tagBits  = 64 - locBits
 	locMask  = 1<<locBits - 1
-	minIndex = 64         // slots a table starts with
-	maxIndex = 1<<tagBits // so that homes are distinct
+	minIndex = 64           // slots a table starts with
+	maxIndex = 1 << tagBits // so that homes are distinct
 )
 
 // indexBytes is what a table of n slots takes.
