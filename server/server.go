@@ -173,7 +173,7 @@ func New(cfg Config) (*Server, error) {
 		listeners: make(map[net.Listener]bool),
 		conns:     make(map[*conn]struct{}),
 	}
-	scfg := store.Config{MaxBytes: cfg.MaxBytes, Now: cfg.Now}
+	scfg := store.Config{MaxBytes: cfg.MaxBytes, Now: cfg.Now, Engine: store.Segments}
 	if cfg.Cluster != nil {
 		// A cluster node serves an owned item only while the view history
 		// says it owned the key throughout (ownership.go), and hands out
