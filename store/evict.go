@@ -179,30 +179,43 @@ func (sh *shard) keep(seg *segment) {
 }
 
 // shed evicts until it frees memory (a segment or a large item's
-// mapping), for the index to grow into.
-func (sh *shard) shed(now int64) bool {
+// mapping), for the index or a large item to grow into; force drops every
+// item of the victim.
+func (sh *shard) shed(now int64, force bool) bool {
 	if v := sh.spare; v != nil {
 		sh.spare = nil
 		sh.dropSegment(v)
 		return true
 	}
-	v, ok := sh.evict(now, false)
+	v, ok := sh.evict(now, force)
 	if v != nil {
 		sh.dropSegment(v)
 	}
 	return ok
 }
 
+// shedFor sheds until need more bytes fit in the shard's memory; false if
+// they cannot.
+func (sh *shard) shedFor(need, now int64) bool {
+	for round := 0; sh.spent+need > sh.max; round++ {
+		if round == evictRounds || !sh.shed(now, round >= forceRound) {
+			return false
+		}
+	}
+	return true
+}
+
 // forward makes room for a copy of size bytes in queue q's head without
-// evicting: from the budget, or the spare.
-func (sh *shard) forward(q, size int) (*segment, int, bool) {
+// evicting: from the budget, or the spare if spare is set (an eviction's
+// copies may take it; a compaction's may not).
+func (sh *shard) forward(q, size int, spare bool) (*segment, int, bool) {
 	hd := sh.q[q].head
 	if hd == nil || hd.free() < size {
 		var seg *segment
 		switch {
 		case sh.spent+int64(sh.g.segSize) <= sh.max:
 			seg = sh.newSegment()
-		case sh.spare != nil:
+		case spare && sh.spare != nil:
 			seg, sh.spare = sh.spare, nil
 		}
 		if seg == nil {
@@ -268,7 +281,7 @@ func (sh *shard) evict(now int64, force bool) (*segment, bool) {
 				sh.push(q, v, false) // moved on whole
 				return nil, true
 			}
-			if sh.copyForward(pos, v, &it, q, freq) {
+			if sh.copyForward(pos, v, &it, q, freq, true) {
 				continue
 			}
 		}
@@ -302,9 +315,10 @@ func (p policy) keep(from int, freq byte) (q int, next byte, ok bool) {
 }
 
 // copyForward copies the item it of seg, indexed at pos, to queue q's head
-// with access count freq; false if there is no room without evicting.
-func (sh *shard) copyForward(pos int, seg *segment, it *view, q int, freq byte) bool {
-	dst, off, ok := sh.forward(q, it.size)
+// with access count freq; false if there is no room without evicting (see
+// forward for spare).
+func (sh *shard) copyForward(pos int, seg *segment, it *view, q int, freq byte, spare bool) bool {
+	dst, off, ok := sh.forward(q, it.size, spare)
 	if !ok {
 		return false
 	}
@@ -325,15 +339,7 @@ func (sh *shard) copyForward(pos int, seg *segment, it *view, q int, freq byte) 
 // newest end of queue q, evicting to pay for it.
 func (sh *shard) largeRoom(q, size int, now int64) (*segment, int, bool) {
 	n := (size + pageSize - 1) &^ (pageSize - 1)
-	for range evictRounds {
-		if sh.spent+int64(n) <= sh.max {
-			break
-		}
-		if !sh.shed(now) {
-			return nil, 0, false
-		}
-	}
-	if sh.spent+int64(n) > sh.max {
+	if !sh.shedFor(int64(n), now) {
 		return nil, 0, false
 	}
 	mem, err := mapMem(n)

@@ -114,7 +114,7 @@ func newSegments(s *Store, p policy) (*segEngine, error) {
 		sh := &g.shards[i]
 		sh.g, sh.max, sh.segs = g, share, []*segment{nil}
 		if err := sh.newIndex(minIndex); err != nil {
-			g.close()
+			g.release()
 			return nil, err
 		}
 	}
@@ -132,6 +132,12 @@ func (g *segEngine) close() {
 	}
 	close(g.stop)
 	<-g.done
+	g.release()
+}
+
+// release unmaps every shard's memory; reads and writes find the shards
+// closed.
+func (g *segEngine) release() {
 	for i := range g.shards {
 		sh := &g.shards[i]
 		sh.mu.Lock()
@@ -408,11 +414,5 @@ func (sh *shard) grow(now int64) bool {
 	if n > maxIndex {
 		return false
 	}
-	need := int64(tableBytes(n) - len(sh.idxMem))
-	for sh.spent+need > sh.max {
-		if !sh.shed(now) {
-			return false
-		}
-	}
-	return sh.newIndex(n) == nil
+	return sh.shedFor(int64(tableBytes(n)-len(sh.idxMem)), now) && sh.newIndex(n) == nil
 }

@@ -120,7 +120,7 @@ func (sh *shard) compact(seg *segment) {
 			continue
 		}
 		pos := sh.idx.at(sh.g.hashOf(it.keyOf(seg.mem)), location(seg, it.off))
-		if !sh.copyForward(pos, seg, &it, int(seg.q), it.freq()) {
+		if !sh.copyForward(pos, seg, &it, int(seg.q), it.freq(), false) {
 			return
 		}
 	}
