@@ -55,19 +55,7 @@ func BenchmarkGet(b *testing.B) {
 	})
 }
 
-func BenchmarkGetParallel(b *testing.B) {
-	eachEngineB(b, func(b *testing.B, eng Engine) {
-		s, keys := benchStore(b, eng)
-		var seq atomic.Int64
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(seq.Add(1)) * 7919
-			for pb.Next() {
-				s.Get(keys[i%benchKeys])
-				i++
-			}
-		})
-	})
-}
+func BenchmarkGetParallel(b *testing.B) { benchParallel(b, 0) }
 
 // BenchmarkSet overwrites existing keys: ristretto applies those in place.
 func BenchmarkSet(b *testing.B) {
@@ -80,25 +68,14 @@ func BenchmarkSet(b *testing.B) {
 	})
 }
 
-func BenchmarkSetParallel(b *testing.B) {
-	eachEngineB(b, func(b *testing.B, eng Engine) {
-		s, keys := benchStore(b, eng)
-		val := bytes.Repeat([]byte("w"), 100)
-		var seq atomic.Int64
-		b.RunParallel(func(pb *testing.PB) {
-			i := int(seq.Add(1)) * 7919
-			for pb.Next() {
-				s.Set(Item{Key: keys[i%benchKeys], Value: val})
-				i++
-			}
-		})
-	})
-}
+func BenchmarkSetParallel(b *testing.B) { benchParallel(b, 1) }
 
-// BenchmarkMixParallel is the owned store's day: 9 gets to 1 set over
-// keys of which a tenth are not there yet, in a store that holds them
-// all.
-func BenchmarkMixParallel(b *testing.B) {
+// BenchmarkMixParallel is the owned store's day: 9 gets to 1 set.
+func BenchmarkMixParallel(b *testing.B) { benchParallel(b, 10) }
+
+// benchParallel runs gets and, one request in setEvery (none if 0), sets
+// of existing keys from every core.
+func benchParallel(b *testing.B, setEvery int) {
 	eachEngineB(b, func(b *testing.B, eng Engine) {
 		s, keys := benchStore(b, eng)
 		val := bytes.Repeat([]byte("w"), 100)
@@ -107,7 +84,7 @@ func BenchmarkMixParallel(b *testing.B) {
 			i := int(seq.Add(1)) * 7919
 			for pb.Next() {
 				key := keys[i%benchKeys]
-				if i%10 == 0 {
+				if setEvery > 0 && i%setEvery == 0 {
 					s.Set(Item{Key: key, Value: val})
 				} else {
 					s.Get(key)

@@ -80,29 +80,16 @@ func (s *Store) record(it *Item, cas uint64) rec {
 // expired or flushed), what to store. It runs under the key's lock.
 func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
 	var o outcome
+	if o.err = refusal(op, cur); o.err != nil {
+		return o
+	}
 	it := &op.it
 	switch op.kind {
-	case opSet:
+	case opSet, opAdd, opReplace, opCAS:
 		o.next = s.fresh(it)
 	case opPut:
 		o.next = s.record(it, it.CAS)
-	case opAdd:
-		if cur != nil {
-			o.err = ErrNotStored
-			return o
-		}
-		o.next = s.fresh(it)
-	case opReplace:
-		if cur == nil {
-			o.err = ErrNotStored
-			return o
-		}
-		o.next = s.fresh(it)
 	case opAppend, opPrepend:
-		if cur == nil {
-			o.err = ErrNotStored
-			return o
-		}
 		v := make([]byte, 0, len(cur.value)+len(it.Value))
 		if op.kind == opPrepend {
 			v = append(append(v, it.Value...), cur.value...)
@@ -110,21 +97,7 @@ func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
 			v = append(append(v, cur.value...), it.Value...)
 		}
 		o.next = rec{value: v, flags: cur.flags, exp: cur.exp, cas: s.unique(), seq: s.seq.Load()}
-	case opCAS:
-		switch {
-		case cur == nil:
-			o.err = ErrNotFound
-			return o
-		case cur.cas != it.CAS:
-			o.err = ErrExists
-			return o
-		}
-		o.next = s.fresh(it)
 	case opIncr:
-		if cur == nil {
-			o.err = ErrNotFound
-			return o
-		}
 		// The digits get an allocation of their own: a buffer on the
 		// engine's stack would escape with every write's outcome.
 		n, num, err := AddDelta(nil, cur.value, op.delta, op.decr)
@@ -140,10 +113,6 @@ func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
 		}
 		o.next = rec{value: num, flags: cur.flags, exp: cur.exp, cas: s.unique(), seq: s.seq.Load(), bits: bits}
 	case opTouch:
-		if cur == nil {
-			o.err = ErrNotFound
-			return o
-		}
 		// Not a modification: the CAS unique and sequence stay.
 		o.fetched = cur.bits&stateFetched != 0
 		o.next = *cur
@@ -165,15 +134,38 @@ func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
 			o.next = s.fresh(&next)
 		}
 	case opDelete:
-		if cur == nil {
-			o.err = ErrNotFound
-			return o
-		}
 		o.remove = true
 		return o
 	}
 	o.store = true
 	return o
+}
+
+// refusal is the error a command gets from whether the key holds a live
+// item (cur) alone, if any.
+func refusal(op *writeOp, cur *rec) error {
+	switch op.kind {
+	case opAdd:
+		if cur != nil {
+			return ErrNotStored
+		}
+	case opReplace, opAppend, opPrepend:
+		if cur == nil {
+			return ErrNotStored
+		}
+	case opCAS:
+		switch {
+		case cur == nil:
+			return ErrNotFound
+		case cur.cas != op.it.CAS:
+			return ErrExists
+		}
+	case opIncr, opTouch, opDelete:
+		if cur == nil {
+			return ErrNotFound
+		}
+	}
+	return nil
 }
 
 // item is r as the caller sees it; Value aliases r.value.

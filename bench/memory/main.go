@@ -58,7 +58,7 @@ var (
 	warmup       = flag.Int("warmup", 2_000_000, "requests before counting hits")
 	requests     = flag.Int("requests", 2_000_000, "requests counted")
 	timeout      = flag.Duration("timeout", 90*time.Second, "bound on each phase of each run")
-	only         = flag.String("traces", "", "comma-separated traces to run (default: all)")
+	only         = flag.String("traces", "", "comma-separated traces to run (default: all; none: no hit-ratio phase)")
 	skipCapacity = flag.Bool("skip-capacity", false, "leave out the capacity phase")
 )
 
@@ -84,6 +84,9 @@ func run() error {
 		workloads = slices.DeleteFunc(workloads, func(w trace.Workload) bool {
 			return !slices.Contains(strings.Split(*only, ","), w.Name)
 		})
+	}
+	if len(workloads) == 0 {
+		return nil
 	}
 	return hitRatios(workloads, start)
 }
