@@ -32,6 +32,17 @@ import (
 // dead items in them included), large items' pages, each shard's index
 // and ghost table. The Go heap holds only the segment descriptors (about
 // 100 bytes per 256 KiB segment).
+//
+// Left out, or paid for:
+//   - Segments are not grouped by TTL as Segcache's are: an expired item
+//     among live ones holds its bytes until its segment is half dead
+//     (compacted) or evicted; its index slot goes at once.
+//   - A read copies the value out: one allocation per hit.
+//   - The index grows by rehashing its shard's entries under the shard's
+//     lock: a few milliseconds at a million items a shard.
+//   - Keys are at most 255 bytes (MaxSegmentKeyLen); the store sequence is
+//     kept in 32 bits, which 4 billion flush_alls and view changes would
+//     wrap.
 type segEngine struct {
 	s       *Store
 	policy  policy
@@ -277,9 +288,10 @@ func (g *segEngine) write(key string, h uint64, op writeOp) outcome {
 	var freq byte
 	if found {
 		freq = v.freq()
-		if size == v.size {
-			// Same length: rewrite it where it is. copy is a memmove, so a
-			// value that aliases the old one is fine.
+		if size == v.size && v.key-v.off == hdrSize(len(n.value), n.flags, n.exp) {
+			// Same lengths: rewrite it where it is. The value lands where
+			// the old one was, and copy is a memmove, so a value that
+			// aliases the old one is fine.
 			encode(seg.mem[v.off:v.end()], key, n.value, n, freq)
 			seg.noted(n)
 			return o
