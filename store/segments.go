@@ -85,6 +85,7 @@ type shard struct {
 	freeIDs []uint32
 	q       [numQueues]queue
 	spare   *segment // an empty segment kept for the copies of an eviction (evict.go)
+	chunk   []byte   // what is left of the chunk reads copy values into (copyOut)
 
 	spent, max int64 // bytes mapped for the shard, and its share of MaxBytes
 
@@ -201,7 +202,7 @@ func (g *segEngine) get(key string, h uint64, fetch bool) (Item, bool) {
 		if visible {
 			r := v.rec(seg.mem)
 			it := r.item(key)
-			it.Value = clone(r.value)
+			it.Value = sh.copyOut(r.value)
 			if fetch {
 				sh.hits++
 				m := v.meta | hdrFetched
@@ -220,6 +221,28 @@ func (g *segEngine) get(key string, h uint64, fetch bool) (Item, bool) {
 	}
 	return Item{}, false
 }
+
+// copyOut copies a value out of a segment for a read. Small values are
+// carved from a chunk the shard allocates now and then (copyChunk bytes)
+// rather than allocated one by one. Each copy's capacity is its length, so
+// a caller cannot append into its neighbour; a chunk lives as long as any
+// value cut from it does.
+func (sh *shard) copyOut(b []byte) []byte {
+	n := len(b)
+	if n > copyChunk/8 {
+		return clone(b)
+	}
+	if len(sh.chunk) < n {
+		sh.chunk = make([]byte, copyChunk)
+	}
+	c := sh.chunk[:n:n]
+	sh.chunk = sh.chunk[n:]
+	copy(c, b)
+	return c
+}
+
+// copyChunk is the size of the chunks copyOut carves values from.
+const copyChunk = 16 << 10
 
 // clone copies b out of a segment, which may be reused once the shard's
 // lock is released.
