@@ -15,7 +15,9 @@ import (
 //     shared between shards but the pool of mapped memory. Reads lock their
 //     shard too (the value is copied out under the lock, since the segment
 //     may be reused as soon as it is released), so there is no global lock
-//     and no reference counting.
+//     and no reference counting. (A read-write lock, reads recording their
+//     access by compare-and-swap, was measured: gets on both cores 15 %
+//     faster, a 9:1 mix of gets and sets 37 % slower, as writers waited.)
 //   - Segments (segment.go): items appended to mapped memory, header, key
 //     and value together. Items larger than an eighth of a segment get a
 //     mapping of their own, in pages, so any item size is served and no
@@ -37,7 +39,9 @@ import (
 //   - Segments are not grouped by TTL as Segcache's are: an expired item
 //     among live ones holds its bytes until its segment is half dead
 //     (compacted) or evicted; its index slot goes at once.
-//   - A read copies the value out: one allocation per hit.
+//   - A read copies the value out (carved from a per-shard chunk): a
+//     process that does little else but read sees its collector run often,
+//     though each cycle is short (no item is on the heap).
 //   - The index grows by rehashing its shard's entries under the shard's
 //     lock: 16 ms at a million items a shard (measured), a stall for that
 //     shard's keys each time it grows by a quarter.
