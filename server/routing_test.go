@@ -252,17 +252,7 @@ func TestRoutingMissRegistersNoHolder(t *testing.T) {
 func TestRoutingDrainWarmsNewOwners(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		origin := &countingOrigin{}
-		n, nodes := startFakeCluster(t, 3, func(c *Config) { c.Origin = origin })
-		leaver := nodes[2]
-		keys := ownedBy(nodes[0], leaver.name, "dr", 20)
-		w := dialPipe(t, n, nodes[0].client())
-		for _, k := range keys {
-			w.send("set " + k + " 0 0 3\r\nold\r\n")
-			w.expect("STORED\r\n")
-		}
-		stopped := make(chan error, 1)
-		go func() { stopped <- leaver.srv.Shutdown(context.Background()) }()
-		settle(t, nodes[:2])
+		_, _, w, keys, stopped := startDrain(t, func(c *Config) { c.Origin = origin }, 20)
 		// Half the keys are read, a quarter written, while it drains.
 		for i, k := range keys[:10] {
 			w.send("get " + k + "\r\n")
@@ -299,17 +289,7 @@ func TestRoutingDrainWarmsNewOwners(t *testing.T) {
 // reach (a review found 20 of 20 reads served the pre-flush value).
 func TestRoutingFlushAllDuringDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n, nodes := startFakeCluster(t, 3, nil)
-		leaver := nodes[2]
-		keys := ownedBy(nodes[0], leaver.name, "fl", 10)
-		w := dialPipe(t, n, nodes[0].client())
-		for _, k := range keys {
-			w.send("set " + k + " 0 0 3\r\nold\r\n")
-			w.expect("STORED\r\n")
-		}
-		stopped := make(chan error, 1)
-		go func() { stopped <- leaver.srv.Shutdown(context.Background()) }()
-		settle(t, nodes[:2])
+		n, nodes, w, keys, stopped := startDrain(t, nil, 10)
 		// Keep the drain going (as the new owners' warm reads do under load).
 		w.send("get " + keys[0] + "\r\n")
 		w.expect("VALUE " + keys[0] + " 0 3\r\nold\r\nEND\r\n")
@@ -332,4 +312,23 @@ func TestRoutingFlushAllDuringDrain(t *testing.T) {
 		t.Logf("%d of %d reads after flush_all served the pre-flush value", stale, 2*len(keys))
 		<-stopped
 	})
+}
+
+// startDrain starts three nodes, sets count keys node2 owns to "old"
+// through node0 (w), and shuts node2 down; it returns once the others
+// have installed the view without it, node2 draining. stopped reports its
+// Shutdown.
+func startDrain(t *testing.T, tune func(*Config), count int) (n *fakeNet, nodes []*fakeNode, w *rawConn, keys []string, stopped chan error) {
+	t.Helper()
+	n, nodes = startFakeCluster(t, 3, tune)
+	keys = ownedBy(nodes[0], nodes[2].name, "dr", count)
+	w = dialPipe(t, n, nodes[0].client())
+	for _, k := range keys {
+		w.send("set " + k + " 0 0 3\r\nold\r\n")
+		w.expect("STORED\r\n")
+	}
+	stopped = make(chan error, 1)
+	go func() { stopped <- nodes[2].srv.Shutdown(context.Background()) }()
+	settle(t, nodes[:2])
+	return n, nodes, w, keys, stopped
 }
