@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -340,14 +338,7 @@ func TestBinaryClusterOddKeys(t *testing.T) {
 // SASL's): binary bytes are a text request like any other, refused until
 // the connection authenticated.
 func TestBinaryNotWithAuth(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "auth")
-	if err := os.WriteFile(file, []byte("alice:wonder\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	users, err := ReadAuthFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	file, users := writeAuthFile(t, "alice:wonder\n")
 	addr, _ := startServer(t, Config{Users: users})
 	noop, _ := rq(protocol.OpNoop, "").encode(nil)
 	for name, target := range map[string]string{"spillway": addr, "memcached": startMemcached(t, "-Y", file)} {

@@ -45,14 +45,7 @@ func TestPeerSecrets(t *testing.T) {
 // reply to a request pipelined behind a failed attempt; Spillway answers
 // both, so no case pipelines after a failure.)
 func TestAuthAgainstMemcached(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "auth")
-	if err := os.WriteFile(file, []byte("alice:wonder\nbob:builder\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	users, err := ReadAuthFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	file, users := writeAuthFile(t, "alice:wonder\nbob:builder\n")
 	cases := []struct{ name, send, want string }{
 		{"get before auth", "get k\r\n", "CLIENT_ERROR unauthenticated\r\n"},
 		{"unknown command before auth", "bogus\r\n", "CLIENT_ERROR unauthenticated\r\n"},
@@ -107,14 +100,7 @@ func TestPeerUnauthenticatedLimit(t *testing.T) {
 // whose value is "user password", then works; before that it is refused.
 func TestAuthPymemcache(t *testing.T) {
 	python := requirePythonModule(t, "pymemcache", "python3-pymemcache")
-	file := filepath.Join(t.TempDir(), "auth")
-	if err := os.WriteFile(file, []byte("alice:wonder\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	users, err := ReadAuthFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, users := writeAuthFile(t, "alice:wonder\n")
 	addr, _ := startServer(t, Config{Users: users})
 	host, port, _ := net.SplitHostPort(addr)
 	script := `
@@ -138,4 +124,19 @@ print("pymemcache auth ok")
 	if err != nil || !strings.Contains(string(out), "pymemcache auth ok") {
 		t.Fatalf("pymemcache with -Y: %v\n%s", err, out)
 	}
+}
+
+// writeAuthFile writes an auth file of lines and reads it as the server
+// does.
+func writeAuthFile(t *testing.T, lines string) (file string, users map[string]string) {
+	t.Helper()
+	file = filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(file, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	users, err := ReadAuthFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return file, users
 }

@@ -20,7 +20,7 @@ import (
 // key's owner: the one decision of what a write is. A plain mg is a read
 // (routed by the picker instead); mg with T, N or R writes the item's
 // TTL, creates it or hands out its refresh token. gat and gats touch
-// several keys, each at its owner (touchKey).
+// several keys, each at its owner (router.touch).
 func isWrite(req *protocol.Request) bool {
 	switch req.Command {
 	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend,
@@ -193,7 +193,7 @@ func (cl *cluster) written(c *conn, key []byte) {
 	c.unlockKey()
 	prev, end := c.prevRound, c.endRound
 	if end == nil {
-		// Not claimed (dropKey, outside handle): a round of its own.
+		// Not claimed (router.drop, outside handle): a round of its own.
 		prev, end = cl.holders.begin(string(key))
 	}
 	c.endRound, c.prevRound = nil, nil

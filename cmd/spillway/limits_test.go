@@ -26,13 +26,7 @@ func TestIdleConnectionMemory(t *testing.T) {
 	const conns = 10_000
 	n := startNode(t, "idle", "", "-c", strconv.Itoa(conns))
 	waitNodes(t, 1, n)
-	setup := dialLine(t, n.client)
-	value := strings.Repeat("v", 10<<10)
-	fmt.Fprintf(setup, "set big 0 0 %d\r\n%s\r\n", len(value), value)
-	if got := readLine(t, setup); got != "STORED" {
-		t.Fatalf("set: %q", got)
-	}
-	setup.Close()
+	setBig(t, dialLine(t, n.client), 10<<10).Close()
 	before := rss(t, n.cmd.Process.Pid)
 	open := make([]net.Conn, 0, conns)
 	defer func() {
@@ -61,6 +55,16 @@ func TestIdleConnectionMemory(t *testing.T) {
 	if got := readLine(t, over); got != "SERVER_ERROR too many open connections" {
 		t.Errorf("connection past --conn-limit: %q", got)
 	}
+}
+
+// setBig stores size bytes under the key "big" over c and returns c.
+func setBig(t *testing.T, c *lineConn, size int) *lineConn {
+	t.Helper()
+	fmt.Fprintf(c, "set big 0 0 %d\r\n%s\r\n", size, strings.Repeat("v", size))
+	if got := readLine(t, c); got != "STORED" {
+		t.Fatalf("set: %q", got)
+	}
+	return c
 }
 
 // lineConn is a connection whose replies are read a line at a time.
@@ -114,13 +118,9 @@ func TestUnreadPipelinedGetsStayBounded(t *testing.T) {
 	}
 	n := startNode(t, "unread", "", "-m", "64")
 	waitNodes(t, 1, n)
-	setup := dialLine(t, n.client)
+	const size = 1<<20 - 512
+	setup := setBig(t, dialLine(t, n.client), size)
 	defer setup.Close()
-	value := strings.Repeat("v", 1<<20-512)
-	fmt.Fprintf(setup, "set big 0 0 %d\r\n%s\r\n", len(value), value)
-	if got := readLine(t, setup); got != "STORED" {
-		t.Fatalf("set: %q", got)
-	}
 	before := rss(t, n.cmd.Process.Pid)
 	const conns, gets = 8, 2000
 	var open []*lineConn
@@ -150,7 +150,7 @@ func TestUnreadPipelinedGetsStayBounded(t *testing.T) {
 	if got := readLine(t, setup); !strings.HasPrefix(got, "VALUE big") {
 		t.Fatalf("get while others do not read: %q", got)
 	}
-	setup.r.Discard(len(value) + 2)
+	setup.r.Discard(size + 2)
 	readLine(t, setup) // END
 	after := rss(t, n.cmd.Process.Pid)
 	per := (after - before) / conns
