@@ -46,6 +46,7 @@ type Reader struct {
 	maxItem    int
 	maxGetLine int
 	long       []byte // a get line longer than br's buffer, reused
+	data       []byte // a data block that was not wholly buffered, reused
 }
 
 // keepLongLine is the largest long-line buffer a Reader keeps from one
@@ -86,6 +87,9 @@ func (r *Reader) Read(req *Request) error {
 	if cap(r.long) > keepLongLine {
 		r.long = nil // the last request is answered: do not pin its size
 	}
+	if cap(r.data) > keepLongLine {
+		r.data = nil
+	}
 	line, err := r.readLine()
 	if err != nil {
 		req.reset()
@@ -117,9 +121,20 @@ func (r *Reader) Read(req *Request) error {
 		}
 		return quiet(errTooLarge, hush)
 	}
-	buf := make([]byte, n+2)
-	if _, err := io.ReadFull(r.br, buf); err != nil {
-		return unexpected(err)
+	var buf []byte
+	if r.br.Buffered() >= n+2 {
+		// The whole block is in the read buffer (a small set's usual
+		// case): alias it, as the line does.
+		buf, _ = r.br.Peek(n + 2)
+		r.br.Discard(n + 2)
+	} else {
+		if cap(r.data) < n+2 {
+			r.data = make([]byte, n+2)
+		}
+		buf = r.data[:n+2]
+		if _, err := io.ReadFull(r.br, buf); err != nil {
+			return unexpected(err)
+		}
 	}
 	if buf[n] != '\r' || buf[n+1] != '\n' {
 		return quiet(errBadChunk, hush)

@@ -64,8 +64,9 @@ const maxTokens = 24
 
 // Request is one parsed request. A Reader fills the same Request on every
 // Read; its byte slices alias the Reader's buffer (or the Request itself)
-// and are valid until the next Read, except Data, which is freshly
-// allocated and owned by the caller.
+// and are valid until the next Read; so does Data, which aliases the
+// Reader's buffer or a block the Reader reuses. A caller that keeps a
+// value past the request copies it.
 //
 // Noreply is set only by the classic commands' trailing "noreply"; under it
 // memcached suppresses every reply, errors included, so the caller writes
@@ -81,7 +82,7 @@ type Request struct {
 	Delta   uint64   // incr/decr
 	Noreply bool
 	Args    [][]byte // stats arguments; verbosity level
-	Data    []byte   // storage payload without "\r\n"; freshly allocated per request, owned by the caller
+	Data    []byte   // storage payload without "\r\n"; valid until the next Read
 	Meta    Meta     // meta commands only
 
 	dataLen   int          // <bytes>/<datalen> when a data block follows the line, else -1

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"spillway/peers/wire"
 	"spillway/protocol"
@@ -307,3 +308,11 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	c.written += uint64(n)
 	return n, err
 }
+
+// transient returns b as a string without copying it. The string aliases the
+// request's buffer, which the next request overwrites: pass it only to
+// calls that keep nothing of it — the owned store (which copies keys into
+// its segments), hashes, map lookups, fill generations — never to anything
+// that outlives the request (singleflight calls, holders, copies, logs).
+// It spares the request path one allocation per key.
+func transient(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

@@ -162,7 +162,7 @@ func (c *conn) get(req *protocol.Request, withCAS bool) {
 	}
 	for _, k := range req.Keys {
 		c.local[statCmdGet]++
-		it, ok := c.srv.rt.held(string(k))
+		it, ok := c.srv.rt.held(transient(k))
 		if !ok {
 			c.local[statGetMisses]++
 			continue
@@ -258,7 +258,7 @@ func (c *conn) update(req *protocol.Request) {
 		return
 	}
 	it := store.Item{
-		Key:     string(req.Key),
+		Key:     transient(req.Key),
 		Value:   req.Data,
 		Flags:   req.Flags,
 		Expires: store.ExpiresAt(req.Exptime, c.now()),
@@ -369,7 +369,7 @@ func (c *conn) storeReply(req *protocol.Request, err error, ok protocol.Status) 
 
 // delete <key> [noreply]
 func (c *conn) delete(req *protocol.Request) {
-	err := c.srv.store.Delete(string(req.Key))
+	err := c.srv.store.Delete(transient(req.Key))
 	c.written(req.Key)
 	if err == nil {
 		c.local[statDeleteHits]++

@@ -19,7 +19,7 @@ import (
 func (c *conn) metaGet(req *protocol.Request) {
 	m := &req.Meta
 	st := c.srv.store
-	key := string(req.Key)
+	key := transient(req.Key)
 	touch := m.Flags.Has('T')
 	if touch {
 		c.local[statCmdTouch]++
@@ -34,10 +34,7 @@ func (c *conn) metaGet(req *protocol.Request) {
 		// live): a plain read, routed like a get. (Not a claimed write:
 		// mg R at the owner holds the key's ownership lock, which a
 		// fill would take again.)
-		c.readKeys([][]byte{req.Key}, func(_ int, r readResult) {
-			it, ok, routed = r.it, r.found, true
-			it.Value = bytes.Clone(it.Value) // valid only during this call
-		})
+		it, ok, routed = c.readOne(req.Key)
 	}
 	if !routed && !c.owns(key) && !touch && !m.Flags.Has('N') && !m.Flags.Has('R') {
 		// A plain read on the peer port of a key this node does not own
@@ -51,51 +48,72 @@ func (c *conn) metaGet(req *protocol.Request) {
 			it, ok = st.Get(key)
 		}
 	}
-	created, won := false, false
+	won := false
 	// Writes on read: a new TTL, autovivify on miss, or handing out the
 	// single W token of a stale item. Only these take the key's lock.
 	recache := m.Flags.Has('R') && ok && !it.Won
 	if !routed && (touch || recache || (!ok && m.Flags.Has('N')) || (ok && it.Stale && !it.Won)) {
-		var err error
-		it, err = st.Update(key, func(cur store.Item, found bool) (store.Item, bool, error) {
-			created, won = false, false
-			now := c.now()
-			if !found {
-				if !m.Flags.Has('N') {
-					return cur, false, store.ErrNotFound
-				}
-				cur = store.Item{Key: key, Value: []byte{}, Expires: store.ExpiresAt(m.Vivify, now)}
-				created, won = true, true
-			}
-			if touch {
-				cur.Expires = store.ExpiresAt(m.TTL, now)
-			}
-			// R: the first reader to see the TTL below the recache
-			// threshold wins the right to refresh the item.
-			if m.Flags.Has('R') && !created && !cur.Won && !cur.Expires.IsZero() &&
-				cur.Expires.Before(store.ExpiresAt(m.Recache, now)) {
-				won = true
-			}
-			if cur.Stale && !cur.Won {
-				won = true
-			}
-			if won {
-				cur.Won = true
-			}
-			// A new TTL or a win token is not a new value: the CAS
-			// unique stays, as in memcached.
-			cur.KeepCAS = !created
-			return cur, true, nil
-		})
-		ok = err == nil
-		if ok && (touch || created) {
-			c.written(req.Key)
-		}
+		it, ok, won = c.metaGetWrite(req, key)
 	}
 	// The item is read or changed: the reply, which may carry a large
 	// value, is written without the key's ownership lock (handle).
 	c.unlockKey()
 	c.metaGetReply(req, it, ok, won)
+}
+
+// metaGetWrite is the write an mg makes on read (a new TTL, autovivify, a
+// win token), under the key's lock; it is a method of its own so that the
+// plain read allocates nothing for it.
+func (c *conn) metaGetWrite(req *protocol.Request, key string) (it store.Item, ok, won bool) {
+	m := &req.Meta
+	touch := m.Flags.Has('T')
+	created := false
+	var err error
+	it, err = c.srv.store.Update(key, func(cur store.Item, found bool) (store.Item, bool, error) {
+		created, won = false, false
+		now := c.now()
+		if !found {
+			if !m.Flags.Has('N') {
+				return cur, false, store.ErrNotFound
+			}
+			cur = store.Item{Key: key, Value: []byte{}, Expires: store.ExpiresAt(m.Vivify, now)}
+			created, won = true, true
+		}
+		if touch {
+			cur.Expires = store.ExpiresAt(m.TTL, now)
+		}
+		// R: the first reader to see the TTL below the recache
+		// threshold wins the right to refresh the item.
+		if m.Flags.Has('R') && !created && !cur.Won && !cur.Expires.IsZero() &&
+			cur.Expires.Before(store.ExpiresAt(m.Recache, now)) {
+			won = true
+		}
+		if cur.Stale && !cur.Won {
+			won = true
+		}
+		if won {
+			cur.Won = true
+		}
+		// A new TTL or a win token is not a new value: the CAS
+		// unique stays, as in memcached.
+		cur.KeepCAS = !created
+		return cur, true, nil
+	})
+	ok = err == nil
+	if ok && (touch || created) {
+		c.written(req.Key)
+	}
+	return it, ok, won
+}
+
+// readOne reads key as a get does, routed: by its owner, a copy or the
+// origin.
+func (c *conn) readOne(key []byte) (it store.Item, ok, routed bool) {
+	c.readKeys([][]byte{key}, func(_ int, r readResult) {
+		it, ok, routed = r.it, r.found, true
+		it.Value = bytes.Clone(it.Value) // valid only during this call
+	})
+	return it, ok, routed
 }
 
 // metaGetReply answers an mg: a miss (EN, nothing under q) or the item
@@ -217,7 +235,7 @@ func (c *conn) metaSet(req *protocol.Request) {
 		return
 	}
 	it := store.Item{
-		Key:     string(req.Key),
+		Key:     transient(req.Key),
 		Value:   req.Data,
 		Flags:   m.ClientFlags,
 		Expires: store.ExpiresAt(m.TTL, c.now()),

@@ -74,7 +74,7 @@ func (l local) fill(key string, _ *unreachable, gen uint64) readResult {
 }
 
 func (l local) claim(_ *conn, req *protocol.Request) bool {
-	l.forgetFills(string(req.Key))
+	l.forgetFills(transient(req.Key))
 	return true
 }
 

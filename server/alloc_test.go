@@ -1,0 +1,89 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"math"
+	"net"
+	"testing"
+
+	"spillway/ring"
+)
+
+// allocsPerRequest sends req on a fresh connection to addr and reads a
+// reply of exactly len(want) bytes, many times, and returns the mean
+// allocations per round trip. The client side allocates nothing (fixed
+// buffers, no bufio), so what is counted is the server's.
+func allocsPerRequest(t *testing.T, addr string, req, want string) float64 {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	reqb := []byte(req)
+	got := make([]byte, len(want))
+	round := func() {
+		if _, err := nc.Write(reqb); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(nc, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round()
+	if !bytes.Equal(got, []byte(want)) {
+		t.Fatalf("%q: got %q, want %q", req, got, want)
+	}
+	return testing.AllocsPerRun(2000, round)
+}
+
+func TestHotPathAllocs(t *testing.T) {
+	addr, _ := startServer(t, Config{})
+	setup := dialRaw(t, addr)
+	setup.send("set key:000001 5 0 3\r\nabc\r\n")
+	setup.expect("STORED\r\n")
+	cases := []struct{ name, req, want string }{
+		{"get hit", "get key:000001\r\n", "VALUE key:000001 5 3\r\nabc\r\nEND\r\n"},
+		{"get miss", "get key:000002\r\n", "END\r\n"},
+		{"set", "set key:000001 5 0 3\r\nabc\r\n", "STORED\r\n"},
+		{"mg", "mg key:000001 v f\r\n", "VA 3 f5\r\nabc\r\n"},
+		{"ms", "ms key:000001 3 F5\r\nabc\r\n", "HD\r\n"},
+		{"delete miss", "delete key:000002\r\n", "NOT_FOUND\r\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if n := allocsPerRequest(t, addr, tc.req, tc.want); n != 0 {
+				t.Errorf("%q: %.2f allocations per request, want 0", tc.req, n)
+			}
+		})
+	}
+}
+
+// TestHotPathAllocsCluster counts a cluster node's allocations for a key
+// it owns and for one it forwards to the owner (the hop), with bounded
+// loads off so the owner answers every request.
+func TestHotPathAllocsCluster(t *testing.T) {
+	nodes := startCluster(t, 2, clusterOpts{picker: ring.PickerConfig{Epsilon: math.Inf(1)}})
+	entry := nodes[0]
+	own := keyOwnedBy(t, entry, "own:", entry.srv.ID())
+	other := keyOwnedBy(t, entry, "fwd:", nodes[1].srv.ID())
+	setup := dialRaw(t, entry.addr)
+	for _, k := range []string{own, other} {
+		setup.send("set " + k + " 5 0 3\r\nabc\r\n")
+		setup.expect("STORED\r\n")
+	}
+	cases := []struct{ name, req, want string }{
+		{"owned get", "get " + own + "\r\n", "VALUE " + own + " 5 3\r\nabc\r\nEND\r\n"},
+		{"owned set", "set " + own + " 5 0 3\r\nabc\r\n", "STORED\r\n"},
+		{"forwarded get", "get " + other + "\r\n", "VALUE " + other + " 5 3\r\nabc\r\nEND\r\n"},
+		{"forwarded set", "set " + other + " 5 0 3\r\nabc\r\n", "STORED\r\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if n := allocsPerRequest(t, entry.addr, tc.req, tc.want); n != 0 {
+				t.Errorf("%q: %.2f allocations per request, want 0", tc.req, n)
+			}
+		})
+	}
+}
