@@ -163,6 +163,8 @@ type cluster struct {
 	log    *slog.Logger
 	id     string // this node's name
 	selfH  uint64
+	// heldTag is tag(tagHeld), made once: it goes with most reads.
+	heldTag string
 	boot   string // this incarnation's ID, in the node's meta
 	peers  membership
 	picker *ring.Picker
@@ -275,6 +277,7 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cl.peers = p
 	cl.id = p.Self()
 	cl.selfH = idHash(cl.id)
+	cl.heldTag = cl.tag(tagHeld)
 	cl.mu.Unlock()
 	if err := cl.refuseIncompatible(); err != nil {
 		p.Shutdown()

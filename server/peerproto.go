@@ -16,6 +16,13 @@ import (
 //
 //	mg <key> v f c t O fwd.<n>    a read routed here by entry node n; served
 //	                              here, reading through if need be
+//	mg <key> v f c t O hld.<n>    a one-key read routed here by entry node n
+//	                              on a connection its requests share:
+//	                              served from what this node holds, EN if
+//	                              nothing could fill it, else NS at once (a
+//	                              fill would hold back the requests behind
+//	                              it; n asks again with fwd, on a
+//	                              connection of the request's own)
 //	mg <key> v f c t O get.<n>    a read-through of spilled node n: the owned
 //	                              store or the origin, while this node owns
 //	                              the key (else EN); n is registered as a
@@ -37,6 +44,7 @@ import (
 // Tag kinds.
 const (
 	tagForward = "fwd."
+	tagHeld    = "hld."
 	tagFetch   = "get."
 	tagWarm    = "old."
 	tagInval   = "inv."
@@ -57,13 +65,17 @@ func parseTag(opaque []byte) (kind string, node uint64, ok bool) {
 	if len(opaque) < 5 || opaque[3] != '.' {
 		return "", 0, false
 	}
-	kind = string(opaque[:4])
-	switch kind {
-	case tagForward, tagFetch, tagWarm, tagInval, tagControl:
-	default:
+	// Kinds are returned as the constants, and the node parsed in place:
+	// every peer request comes here, and nothing of it is allocated.
+	for _, k := range [...]string{tagForward, tagHeld, tagFetch, tagWarm, tagInval, tagControl} {
+		if string(opaque[:4]) == k {
+			kind = k
+		}
+	}
+	if kind == "" {
 		return "", 0, false
 	}
-	n, err := strconv.ParseUint(string(opaque[4:]), 36, 64)
+	n, err := strconv.ParseUint(transient(opaque[4:]), 36, 64)
 	if err != nil {
 		return "", 0, false
 	}
@@ -97,6 +109,19 @@ func (c *conn) peerRequest(req *protocol.Request) bool {
 		return false
 	}
 	s, cl := c.srv, c.srv.cl
+	if req.Command == protocol.CmdMetaGet && kind == tagHeld {
+		// Most reads: nothing of the key is kept past the reply.
+		key := transient(req.Key)
+		c.local[statCmdGet]++
+		it, ok := s.rt.held(key)
+		if !ok && cl.fillable(key) {
+			c.w.Line("NS")
+			return true
+		}
+		s.counters[ctrServed].Add(1)
+		c.metaGetReply(req, it, ok, false)
+		return true
+	}
 	key := string(req.Key)
 	switch {
 	case req.Command == protocol.CmdMetaGet && !req.Meta.Flags.Has('T'):
@@ -173,6 +198,33 @@ func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok
 		r.it, r.found = s.store.Get(key)
 	}
 	return r.it, r.found
+}
+
+// fillable reports whether a read of key that this node does not hold
+// could fill it from somewhere: the origin, the owner (a key spilled
+// here), or a previous owner within the grace. A key it owns with none of
+// these is a miss, now as after a fill.
+func (cl *cluster) fillable(key string) bool {
+	if cl.srv.origin != nil {
+		return true
+	}
+	v := cl.view.Load()
+	return !cl.owns(v, key) || v.previousOwner(key, cl.id, cl.srv.cfg.Now()) != ""
+}
+
+// readHeld reads key at node id on a connection shared with other
+// requests (wire.Client.Read).
+func (cl *cluster) readHeld(id, key string, buf []byte) (readResult, error) {
+	pc := cl.view.Load().clients[id]
+	if pc == nil {
+		return readResult{}, errNoPeer
+	}
+	sent := cl.srv.cfg.Now()
+	v, err := pc.Read(cl.cfg.PeerTimeout, key, cl.heldTag, buf)
+	if err != nil || !v.Found {
+		return readResult{}, err
+	}
+	return readResult{cl.item(key, v, sent), true}, nil
 }
 
 // read reads keys from a peer with reads of kind (tagForward, tagFetch or

@@ -114,6 +114,9 @@ type readStep struct {
 // A node that fails is not asked again by this request: its keys are
 // filled here, so it costs the request one timeout.
 func (c *conn) readKeys(keys [][]byte, emit func(i int, r readResult)) {
+	if len(keys) == 1 && c.readKey(keys[0], emit) {
+		return
+	}
 	var bad unreachable
 	var nodes map[string]*remoteReads
 	defer func() {
@@ -136,6 +139,68 @@ func (c *conn) readKeys(keys [][]byte, emit func(i int, r readResult)) {
 		*st = readStep{}
 	}
 }
+
+// readKey answers a one-key read, most reads, as readKeys does, but a
+// key sent to another node goes on a connection that node shares with
+// other requests' reads (router.readHeld), and its value comes to a
+// pooled buffer. It reports false, having done nothing, if that node
+// would have to fill the key: readKeys then reads it on a connection of
+// the request's own, where a slow fill holds back no other request.
+func (c *conn) readKey(k []byte, emit func(i int, r readResult)) bool {
+	s := c.srv
+	key := transient(k) // kept by nothing past the request: not by fills (readKeys)
+	if it, ok := s.rt.held(key); ok {
+		_, owned := s.rt.owner(key)
+		s.countServed(s.rt.self(), owned, true)
+		emit(0, readResult{it, true})
+		return true
+	}
+	id, primary, release, err := s.rt.pick(key)
+	if err != nil || id == s.rt.self() {
+		if release != nil {
+			release()
+		}
+		return false
+	}
+	if release != nil {
+		defer release()
+	}
+	buf := s.values.Get().(*[]byte)
+	defer s.putValue(buf)
+	r, err := s.rt.readHeld(id, key, *buf)
+	switch {
+	case err == nil:
+		s.counters[ctrForwarded].Add(1)
+		s.countServed(id, primary, false)
+		if cap(r.it.Value) > cap(*buf) {
+			*buf = r.it.Value[:0]
+		}
+		emit(0, r)
+		return true
+	case errors.Is(err, wire.ErrNotHeld):
+		return false
+	}
+	s.counters[ctrPeerErrors].Add(1)
+	// The chosen node did not answer: serve the key here rather than
+	// fail the client, and do not ask that node again for it.
+	var bad unreachable
+	bad.add(id)
+	r = s.fillAvoiding(string(k), &bad)
+	s.countServed(s.rt.self(), false, true)
+	emit(0, r)
+	return true
+}
+
+// putValue gives back a buffer readKey took, unless it grew past what is
+// worth keeping.
+func (s *Server) putValue(buf *[]byte) {
+	if cap(*buf) <= keepValueBuffer {
+		s.values.Put(buf)
+	}
+}
+
+// keepValueBuffer is the largest value buffer the pool keeps.
+const keepValueBuffer = 64 << 10
 
 // startRead looks at one key of readKeys: held here, sent to the node the
 // picker chose, or to be filled here.

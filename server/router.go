@@ -29,6 +29,10 @@ type router interface {
 	pick(key string) (id string, primary bool, release func(), err error)
 	// reads opens a request's reads at node id, which pick chose.
 	reads(id string) (*remoteReads, error)
+	// readHeld reads key at node id, which pick chose, on a connection
+	// shared with other requests, if id holds it (wire.ErrNotHeld if id
+	// would fill it). The value goes to buf if it fits.
+	readHeld(id, key string, buf []byte) (readResult, error)
 	// fill loads a key this node does not hold, for a fill that started
 	// at the key's generation gen, without asking the nodes in bad.
 	fill(key string, bad *unreachable, gen uint64) readResult
@@ -68,6 +72,8 @@ func (l local) held(key string) (store.Item, bool) { return l.s.store.Get(key) }
 func (local) pick(string) (string, bool, func(), error) { return "", true, nil, nil }
 
 func (local) reads(string) (*remoteReads, error) { return nil, errNoPeer }
+
+func (local) readHeld(string, string, []byte) (readResult, error) { return readResult{}, errNoPeer }
 
 func (l local) fill(key string, _ *unreachable, gen uint64) readResult {
 	return l.s.keepOwned(l.s.loadOrigin(key), nil, gen)

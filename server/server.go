@@ -157,6 +157,9 @@ type Server struct {
 	// readers and writers are the buffers of the connections that have
 	// requests to answer (conn.awaitInput).
 	readers, writers sync.Pool
+	// values holds the buffers (*[]byte) one-key reads copy a value
+	// read from another node into (readKey).
+	values sync.Pool
 
 	releaseOnce sync.Once
 }
@@ -192,6 +195,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(s)
 	s.rt = local{s}
 	s.readers.New = s.newReader
+	s.values.New = func() any { return new([]byte) }
 	s.writers.New = func() any { return protocol.NewWriter(nil) }
 	s.routed = cfg.Cluster != nil || cfg.Origin != nil
 	if cfg.Cluster != nil {

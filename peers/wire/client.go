@@ -46,16 +46,24 @@ type Config struct {
 	// Secrets, if set, authenticate each new connection (Secrets.Answer),
 	// inside TLS if there is TLS.
 	Secrets Secrets
+	// MuxConns is the number of connections Read's callers share; if
+	// zero, DefaultMuxConns.
+	MuxConns int
 }
 
-// Client is a pool of connections to one peer, each carrying one exchange
-// at a time. It is safe for concurrent use.
+// Client talks to one peer: a pool of connections, each carrying one
+// exchange or stream at a time, and a few connections that the reads of
+// every caller share (Read, mux.go). It is safe for concurrent use.
 type Client struct {
 	cfg Config
 
 	mu     sync.Mutex
 	idle   []*conn // guarded by mu
 	closed bool    // guarded by mu
+
+	muxOnce sync.Once
+	mux     mux
+	calls   sync.Pool // of *call, Read's
 }
 
 type conn struct {
@@ -68,22 +76,27 @@ type conn struct {
 // New returns a client of the peer at cfg.Addr. It dials lazily.
 func New(cfg Config) *Client {
 	cfg.MaxIdle = max(cfg.MaxIdle, 1)
+	if cfg.MuxConns <= 0 {
+		cfg.MuxConns = DefaultMuxConns
+	}
 	return &Client{cfg: cfg}
 }
 
 // Addr is the peer port's address.
 func (c *Client) Addr() string { return c.cfg.Addr }
 
-// Close closes the idle connections, and the busy ones as their exchanges
-// end.
+// Close closes the idle connections and the shared ones (failing the
+// reads waiting on them), and the busy ones as their exchanges end.
 func (c *Client) Close() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.closed = true
 	for _, pc := range c.idle {
 		pc.nc.Close()
 	}
 	c.idle = nil
+	c.mu.Unlock()
+	c.muxOnce.Do(func() {}) // no shared connection opens after this
+	c.closeMux()
 }
 
 // get returns a pooled connection the peer has not closed, or a new one.
@@ -103,6 +116,11 @@ func (c *Client) get(timeout time.Duration) (*conn, error) {
 		}
 		pc.nc.Close()
 	}
+	return c.dial(timeout)
+}
+
+// dial opens a connection to the peer and authenticates it.
+func (c *Client) dial(timeout time.Duration) (*conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var nc net.Conn
@@ -218,11 +236,20 @@ func (c *Client) Fetch(timeout time.Duration, keys []string, tag, extra string) 
 // "EN\r\n". Data is the connection's buffer, valid until its next read.
 func (pc *conn) readValue() (Value, error) {
 	line, data, err := pc.rr.Read(pc.r)
-	switch {
-	case err != nil:
+	if err != nil {
 		return Value{}, err
+	}
+	return parseValue(line, data)
+}
+
+// parseValue parses an mg reply (readValue); "NS", a peer's refusal of a
+// read it would have to fill (mux.go), is ErrNotHeld.
+func parseValue(line, data []byte) (Value, error) {
+	switch {
 	case bytes.HasPrefix(line, []byte("EN")):
 		return Value{}, nil
+	case data == nil && string(line) == "NS":
+		return Value{}, ErrNotHeld
 	case data == nil:
 		return Value{}, replyError(line)
 	}

@@ -19,7 +19,14 @@ import (
 // over net.Pipe: unbuffered, so a client that writes a whole batch before
 // reading any reply stalls at once rather than when socket buffers fill.
 type fakePeer struct {
-	size     int
+	size int
+	// notHeld is a key answered NS (the peer would have to fill it);
+	// silent makes the peer read requests and answer none; hangUp, while
+	// positive, makes it close the connection on an mg instead of
+	// answering, and counts down.
+	notHeld  string
+	silent   atomic.Bool
+	hangUp   atomic.Int64
 	requests atomic.Int64
 	conns    atomic.Int64
 	served   sync.WaitGroup
@@ -52,10 +59,17 @@ func (p *fakePeer) serve(nc net.Conn) {
 				return
 			}
 		}
-		if f[0] == "mg" {
+		switch {
+		case p.silent.Load():
+			continue
+		case f[0] == "mg" && p.hangUp.Add(-1) >= 0:
+			return
+		case f[0] == "mg" && f[1] == p.notHeld:
+			w.WriteString("NS\r\n")
+		case f[0] == "mg":
 			v := strings.Repeat(f[1], p.size)
 			fmt.Fprintf(w, "VA %d f0 c1 t-1\r\n%s\r\n", len(v), v)
-		} else {
+		default:
 			w.WriteString("HD\r\n")
 		}
 		if r.Buffered() == 0 {

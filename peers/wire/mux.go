@@ -1,0 +1,270 @@
+package wire
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The reads of many callers to one peer share a few connections (Read).
+// The peer answers a connection's requests in order, so replies are
+// matched to calls by position, as twemproxy and mcrouter do.
+//
+// Writes combine: a caller appends its request to the connection's queue
+// and, unless another caller is writing already, writes the whole queue
+// in one write, its own request and any queued meanwhile. A goroutine per
+// connection reads the replies and hands each to its call, copying the
+// value into the caller's buffer before it reads the next. So a caller
+// never holds a shared connection back: its reply leaves the socket as
+// soon as it arrives, whether or not the caller is ready, and what waits
+// for a caller is its own value, at most MaxValue bytes — the byte budget
+// of a call, and of the request that made it, since a request has at
+// most one call under way.
+//
+// The peer serves a connection's requests in order, so one slow request
+// would hold back every one behind it. The reads sent here are of the kind
+// the peer answers at once, from what it holds (server/peerproto.go, the
+// held tag): one that would need a fill (the origin, a previous owner, the
+// owner of a spilled key) is answered "NS", ErrNotHeld here, and the caller
+// asks again on a connection of its own (Open).
+//
+// Only reads travel here. A read the peer may have served twice is
+// harmless, so a call whose connection failed before its reply is tried
+// once more on a new connection: the peer closes idle connections, and a
+// request may cross its close. Writes keep an exchange per pooled
+// connection (Exchange), never sent twice.
+
+// ErrNotHeld is a Read's answer when the peer does not hold the key and
+// would have to fill it: ask again with a stream (Open), where a slow fill
+// holds back no other caller.
+var ErrNotHeld = errors.New("wire: not held; read it on a stream")
+
+// DefaultMuxConns is the number of connections a Client's reads share
+// when Config.MuxConns is zero.
+const DefaultMuxConns = 2
+
+// mux is a Client's shared connections.
+type mux struct {
+	slots []muxSlot
+	next  atomic.Uint32
+}
+
+type muxSlot struct {
+	mu sync.Mutex
+	mc *muxConn // guarded by mu; replaced when it fails
+}
+
+// muxConn is one shared connection.
+type muxConn struct {
+	pc      *conn
+	timeout time.Duration
+
+	mu      sync.Mutex
+	out     []byte  // guarded by mu: requests not yet written
+	spare   []byte  // guarded by mu: the buffer the last write used
+	writing bool    // guarded by mu: a caller is writing out
+	pending []*call // guarded by mu: calls awaiting replies, oldest first
+	head    int     // guarded by mu: pending[head] is answered next
+	err     error   // guarded by mu: set once the connection failed
+	read    sync.WaitGroup
+}
+
+// call is one Read under way.
+type call struct {
+	buf  []byte // the caller's; the value is copied here
+	v    Value
+	err  error
+	lost bool // the connection failed before the reply came
+	done chan struct{}
+}
+
+// Read reads key from the peer with tag as its opaque token, on a
+// connection shared with other callers, within timeout per reply. The
+// value is copied into buf's array if it fits (else into a new one):
+// Data aliases it. A key the peer does not hold and would have to fill
+// is ErrNotHeld.
+func (c *Client) Read(timeout time.Duration, key, tag string, buf []byte) (Value, error) {
+	cl, _ := c.calls.Get().(*call)
+	if cl == nil {
+		cl = &call{done: make(chan struct{}, 1)}
+	}
+	defer c.calls.Put(cl)
+	for attempt := 0; ; attempt++ {
+		mc, err := c.muxConn(timeout)
+		if err != nil {
+			return Value{}, err
+		}
+		cl.buf, cl.v, cl.err, cl.lost = buf[:0], Value{}, nil, false
+		if !mc.send(cl, key, tag) {
+			continue // it failed before taking the call: nothing sent
+		}
+		<-cl.done
+		if cl.lost && attempt == 0 && retryable(cl.err) {
+			continue
+		}
+		v, err := cl.v, cl.err
+		cl.buf, cl.v = nil, Value{}
+		return v, err
+	}
+}
+
+// retryable reports whether a read whose connection failed with err may be
+// sent again: not after a timeout, which a second try would only repeat.
+func retryable(err error) bool {
+	var ne net.Error
+	return !errors.As(err, &ne) || !ne.Timeout()
+}
+
+// muxConn returns one of the shared connections, dialing it if it is not
+// open or failed.
+func (c *Client) muxConn(timeout time.Duration) (*muxConn, error) {
+	c.muxOnce.Do(func() {
+		c.mux.slots = make([]muxSlot, c.cfg.MuxConns)
+	})
+	sl := &c.mux.slots[int(c.mux.next.Add(1))%len(c.mux.slots)]
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if mc := sl.mc; mc != nil && !mc.failed() {
+		return mc, nil
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, errClosed
+	}
+	pc, err := c.dial(timeout)
+	if err != nil {
+		return nil, err
+	}
+	mc := &muxConn{pc: pc, timeout: timeout}
+	mc.read.Add(1)
+	go mc.readReplies()
+	sl.mc = mc
+	return mc, nil
+}
+
+var errClosed = errors.New("wire: client closed")
+
+// closeMux closes the shared connections and waits for their readers.
+func (c *Client) closeMux() {
+	for i := range c.mux.slots {
+		sl := &c.mux.slots[i]
+		sl.mu.Lock()
+		mc := sl.mc
+		sl.mc = nil
+		sl.mu.Unlock()
+		if mc != nil {
+			mc.fail(errClosed)
+			mc.read.Wait()
+		}
+	}
+}
+
+func (mc *muxConn) failed() bool {
+	mc.mu.Lock()
+	defer mc.mu.Unlock()
+	return mc.err != nil
+}
+
+// send queues cl's request and writes the queue unless another caller is
+// writing it; it reports false if the connection had failed already.
+func (mc *muxConn) send(cl *call, key, tag string) bool {
+	mc.mu.Lock()
+	if mc.err != nil {
+		mc.mu.Unlock()
+		return false
+	}
+	mc.out = AppendGet(mc.out, key, tag, "")
+	mc.out = append(mc.out, "\r\n"...)
+	mc.pending = append(mc.pending, cl)
+	if mc.writing {
+		mc.mu.Unlock()
+		return true // the writer takes it with the rest
+	}
+	mc.writing = true
+	for len(mc.out) > 0 && mc.err == nil {
+		batch := mc.out
+		mc.out = mc.spare[:0]
+		mc.mu.Unlock()
+		// A write deadline bounds a peer that stops reading; the
+		// reader's deadline (below) one that stops answering.
+		mc.pc.nc.SetWriteDeadline(time.Now().Add(mc.timeout))
+		_, err := mc.pc.nc.Write(batch)
+		if err != nil {
+			mc.fail(err)
+		}
+		mc.mu.Lock()
+		mc.spare = batch
+		if err == nil && mc.head < len(mc.pending) {
+			mc.pc.nc.SetReadDeadline(time.Now().Add(mc.timeout))
+		}
+	}
+	mc.writing = false
+	mc.mu.Unlock()
+	return true
+}
+
+// readReplies hands each reply to the oldest call awaiting one, until the
+// connection fails or closes; then every call still waiting gets the
+// error.
+//
+// Deadlines: while calls wait, each reply must come within the timeout of
+// the last write or the last reply; with none waiting the connection may
+// idle (the peer's idle timeout ends it). Both decisions are taken under
+// mu with the queue, so the last one made matches the queue's state.
+func (mc *muxConn) readReplies() {
+	defer mc.read.Done()
+	for {
+		line, data, err := mc.pc.rr.Read(mc.pc.r)
+		if err != nil {
+			mc.fail(err)
+			return
+		}
+		mc.mu.Lock()
+		if mc.head == len(mc.pending) {
+			mc.mu.Unlock()
+			mc.fail(errUnasked)
+			return
+		}
+		cl := mc.pending[mc.head]
+		mc.pending[mc.head] = nil
+		mc.head++
+		if mc.head == len(mc.pending) {
+			mc.pending, mc.head = mc.pending[:0], 0
+			mc.pc.nc.SetReadDeadline(time.Time{})
+		} else {
+			mc.pc.nc.SetReadDeadline(time.Now().Add(mc.timeout))
+		}
+		mc.mu.Unlock()
+		cl.v, cl.err = parseValue(line, data)
+		if cl.v.Found {
+			cl.buf = append(cl.buf, cl.v.Data...)
+			cl.v.Data = cl.buf
+		}
+		cl.done <- struct{}{}
+	}
+}
+
+var errUnasked = errors.New("wire: a reply nobody asked for")
+
+// fail ends the connection with err: no call is queued on it after this,
+// and every call waiting gets err.
+func (mc *muxConn) fail(err error) {
+	mc.mu.Lock()
+	if mc.err != nil {
+		mc.mu.Unlock()
+		return
+	}
+	mc.err = err
+	waiting := mc.pending[mc.head:]
+	mc.pending, mc.head = nil, 0
+	mc.mu.Unlock()
+	mc.pc.nc.Close()
+	for _, cl := range waiting {
+		cl.err, cl.lost = err, true
+		cl.done <- struct{}{}
+	}
+}
