@@ -158,17 +158,17 @@ func (c *ClusterConfig) setDefaults() {
 
 // cluster is a node's view of the others.
 type cluster struct {
-	cfg    ClusterConfig
-	srv    *Server
-	log    *slog.Logger
-	id     string // this node's name
-	selfH  uint64
+	cfg   ClusterConfig
+	srv   *Server
+	log   *slog.Logger
+	id    string // this node's name
+	selfH uint64
 	// heldTag is tag(tagHeld), made once: it goes with most reads.
 	heldTag string
-	boot   string // this incarnation's ID, in the node's meta
-	peers  membership
-	picker *ring.Picker
-	copies *store.Store
+	boot    string // this incarnation's ID, in the node's meta
+	peers   membership
+	picker  *ring.Picker
+	copies  *store.Store
 
 	// view is the current membership: ring, peer clients, the previous
 	// ring and the hand-off state, swapped as one on every change.
