@@ -46,7 +46,10 @@ type ClusterConfig struct {
 	Picker ring.PickerConfig
 	// CopyMaxBytes is the memory for copies of keys this node serves but
 	// does not own, apart from the owned items' budget so that copies never
-	// evict owned items. If zero, DefaultCopyMaxBytes.
+	// evict owned items, and for the registry of the copies other nodes
+	// hold of this node's keys (holders): a quarter of it goes to the
+	// registry (holderShare), the rest to the copies. If zero,
+	// DefaultCopyMaxBytes.
 	CopyMaxBytes int64
 	// CopyTTL bounds how long a copy lives, and so how stale a copy can be
 	// when an invalidation is lost. If zero, DefaultCopyTTL.
@@ -238,7 +241,7 @@ const (
 // reads sent to peers: the peer may be filling the key from the origin.
 func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cfg.setDefaults()
-	copies, err := store.New(store.Config{MaxBytes: cfg.CopyMaxBytes, Now: srv.cfg.Now})
+	copies, err := store.New(store.Config{MaxBytes: cfg.CopyMaxBytes - holderShare(cfg.CopyMaxBytes), Now: srv.cfg.Now})
 	if err != nil {
 		return nil, err
 	}
@@ -250,9 +253,7 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	cl := &cluster{cfg: cfg, srv: srv, log: srv.cfg.Logger, picker: picker, copies: copies,
-		// The registry of the copies other nodes hold of this node's
-		// keys is charged at most what this node's own copies are.
-		holders:      newHolders(cfg.CopyTTL, cfg.CopyMaxBytes),
+		holders:      newHolders(cfg.CopyTTL, holderShare(cfg.CopyMaxBytes)),
 		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: hex.EncodeToString(b[:]),
 		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}
@@ -293,6 +294,17 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	go cl.tend()
 	return cl, nil
 }
+
+// holderShare is the part of the copy budget that the registry of copy
+// holders may take. The two fill alike: a registration at the owner for
+// each copy made elsewhere within the copy TTL, about 210 bytes plus the
+// key each, against the copy's 200 plus key and value (so, with n nodes
+// reading each other's keys evenly, about a quarter for 500-byte values
+// and two fifths for 100-byte ones). When the registry is full it forgets
+// its oldest entries, whose copies then live out their TTL (counted in
+// lost_invalidations). Both are charged to --copy-memory so that -m and
+// --copy-memory bound the process.
+func holderShare(copyMaxBytes int64) int64 { return copyMaxBytes / 4 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -213,6 +214,9 @@ var statLines = []statLine{
 	infoLine("evicted_active", zero),
 	counterFuncLine("evictions", "spillway_store_evictions_total", "Items evicted from the owned store under memory pressure.", func(v *statsView) uint64 { return v.st.Evictions }),
 	infoLine("reclaimed", func(v *statsView) uint64 { return v.st.Reclaimed }),
+	gaugeLine("", "spillway_go_memory_limit_bytes", "The Go runtime's soft memory limit: the part of the node's memory budget on the Go heap (README Operations, Memory), or GOMEMLIMIT.", func(*statsView) uint64 {
+		return uint64(debug.SetMemoryLimit(-1))
+	}),
 	counterFuncLine("", "spillway_store_hits_total", "Owned-store hits.", func(v *statsView) uint64 { return v.st.Hits }),
 	counterFuncLine("", "spillway_store_misses_total", "Owned-store misses.", func(v *statsView) uint64 { return v.st.Misses }),
 

@@ -72,5 +72,5 @@ func charged(eng Engine, klen, vlen int) int64 {
 	if eng == Segments {
 		return int64(itemSize(klen, vlen, 0, 0))
 	}
-	return int64(klen + vlen + ItemOverhead)
+	return int64(allocSize(klen+vlen) + ItemOverhead)
 }

@@ -7,8 +7,8 @@ import "sync/atomic"
 type Stats struct {
 	CurrItems  int64  // curr_items: items held, including expired or flushed ones not yet reclaimed (as memcached)
 	TotalItems uint64 // total_items: successful stores (set, add, replace, append, prepend, cas, incr/decr, Put, Update)
-	// Bytes is bytes: what the current items are charged. Ristretto: key +
-	// value + ItemOverhead each. Segments: key, value and item header,
+	// Bytes is bytes: what the current items are charged. Ristretto: key
+	// and value as the Go allocator rounds them, + ItemOverhead each. Segments: key, value and item header,
 	// as stored.
 	Bytes int64
 

@@ -56,8 +56,8 @@ func (e Engine) String() string {
 // Config configures a Store.
 type Config struct {
 	// MaxBytes is the memory limit. If zero, DefaultMaxBytes is used.
-	// With Ristretto, each item is charged len(Key) + len(Value) +
-	// ItemOverhead, and ristretto's TinyLFU counters come on top: 4 bytes
+	// With Ristretto, each item is charged len(Key) + len(Value), rounded
+	// up as the Go allocator rounds them, + ItemOverhead, and ristretto's TinyLFU counters come on top: 4 bytes
 	// per 256 bytes of MaxBytes (1.6%), at most 64 MiB. With Segments it
 	// bounds every byte the engine maps: segments (items with their
 	// headers, and the space of dead ones not yet reused) and the index.

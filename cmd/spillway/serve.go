@@ -101,7 +101,7 @@ func (f *serveFlags) options() []option {
 		{"", "load", &stringValue{&f.load}, "load measure for the bound: rate (EWMA of requests) or inflight"},
 		{"", "spill-order", &stringValue{&f.spillOrder}, "where overflow goes: ring (clockwise) or probe (per-key random jumps)"},
 		{"", "vnodes", &intValue{&f.vnodes}, "virtual nodes per unit of weight; the same on every node (0: 160)"},
-		{"", "copy-memory", &sizeValue{p: &f.copyMemory, unit: 1 << 20}, "memory in MiB for copies of keys other nodes own"},
+		{"", "copy-memory", &sizeValue{p: &f.copyMemory, unit: 1 << 20}, "memory in MiB for copies of keys other nodes own, and for the registry of which nodes hold copies of this node's keys (a quarter of it)"},
 		{"", "copy-ttl", &durationValue{&f.copyTTL}, "how long a copy lives at most (bounds staleness when an invalidation is lost)"},
 		{"", "peer-timeout", &durationValue{&f.peerTimeout}, "timeout of each request to another node"},
 		{"", "peer-conn-limit", &intValue{&f.peerConnLimit}, "maximum simultaneous connections to the peer port"},
@@ -296,6 +296,7 @@ func serve(args []string, stdout, stderr io.Writer) error {
 // run binds the listeners, starts the node and serves until SIGINT or
 // SIGTERM.
 func (f *serveFlags) run(log *slog.Logger) (err error) {
+	memLimit, memLimitFrom := f.setMemoryLimit()
 	cfg := server.Config{
 		MaxBytes:          f.memoryBytes,
 		MaxItemSize:       int(f.maxItemSize),
@@ -381,7 +382,8 @@ func (f *serveFlags) run(log *slog.Logger) (err error) {
 		log = log.With("self", srv.ID())
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "memory_limit", f.memoryBytes,
-		"max_item_size", f.maxItemSize, "conn_limit", f.connLimit, "version", spillwayVersion)
+		"max_item_size", f.maxItemSize, "conn_limit", f.connLimit, "version", spillwayVersion,
+		"go_memory_limit", memLimit, "go_memory_limit_from", memLimitFrom)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
