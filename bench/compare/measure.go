@@ -66,7 +66,7 @@ const generatorSlack = 60 * time.Second
 func runBench(d *deployment, l load, dir string) (sample, error) {
 	var s sample
 	args := l.args(d.entry)
-	pre, err := start("spillway bench (prefill)", *spillwayBin, append(args, "--prefill", "--requests", "1")...)
+	pre, err := start("spillway bench (prefill)", *spillwayBin, slices.Concat(args, []string{"--prefill", "--requests", "1"})...)
 	if err != nil {
 		return s, err
 	}
@@ -76,22 +76,8 @@ func runBench(d *deployment, l load, dir string) (sample, error) {
 
 	out := filepath.Join(dir, "bench.json")
 	args = append(args, "--duration", duration.String(), "--json", out)
-	s.cmds = slices.Concat(d.cmds, []string{*spillwayBin + " " + strings.Join(args, " ")})
-	before, err := observe(d)
-	if err != nil {
-		return s, err
-	}
-	t0 := time.Now()
-	gen, err := start("spillway bench", *spillwayBin, args...)
-	if err != nil {
-		return s, err
-	}
-	err = gen.wait(*duration + generatorSlack)
-	wall := time.Since(t0).Seconds()
-	if err != nil {
-		return s, err
-	}
-	after, err := observe(d)
+	run, err := generate(d, "spillway bench", *spillwayBin, args, *duration)
+	s.cmds = run.cmds
 	if err != nil {
 		return s, err
 	}
@@ -107,10 +93,8 @@ func runBench(d *deployment, l load, dir string) (sample, error) {
 	s.ops, s.opsPerSec, s.errors, s.hitRatio = rep.Ops, rep.OpsPerSec, rep.ErrorCount, rep.HitRatio
 	s.p50 = float64(rep.Latency.P50.Nanoseconds()) / 1e3
 	s.p99 = float64(rep.Latency.P99.Nanoseconds()) / 1e3
-	genCPU, _ := gen.cpu()
-	s.genCores = genCPU.Seconds() / wall
-	s.busyCores = (after.busy - before.busy).Seconds() / wall
-	cpu := (after.cpu - before.cpu).Seconds()
+	s.genCores, s.busyCores = run.cores()
+	cpu, wall := run.cpu(), run.wall
 	if !l.wholeSetup {
 		if rep.Load.ServerCPU <= 0 {
 			return s, fmt.Errorf("spillway bench reported no server CPU (rusage stats): %+v", rep.Servers)
@@ -119,8 +103,47 @@ func runBench(d *deployment, l load, dir string) (sample, error) {
 	}
 	s.opsPerCPU = float64(rep.Ops) / cpu
 	s.srvCores = cpu / wall
-	s.busiest, s.busiestCmd, s.answered, err = nodeLoads(d, before, after, rep.Ops)
+	s.busiest, s.busiestCmd, s.answered, err = nodeLoads(d, run.before, run.after, rep.Ops)
 	return s, err
+}
+
+// generated is a load generator's run against a deployment.
+type generated struct {
+	before, after observation // of the deployment
+	gen           *proc
+	wall          float64  // seconds
+	cmds          []string // the deployment's command lines, then the generator's
+}
+
+// generate runs a load generator, bin with args, that loads dep for dur;
+// it is killed after dur + generatorSlack. dep is observed before and after.
+func generate(dep *deployment, name, bin string, args []string, dur time.Duration) (generated, error) {
+	r := generated{cmds: slices.Concat(dep.cmds, []string{bin + " " + strings.Join(args, " ")})}
+	var err error
+	if r.before, err = observe(dep); err != nil {
+		return r, err
+	}
+	t0 := time.Now()
+	if r.gen, err = start(name, bin, args...); err != nil {
+		return r, err
+	}
+	err = r.gen.wait(dur + generatorSlack)
+	r.wall = time.Since(t0).Seconds()
+	if err != nil {
+		return r, err
+	}
+	r.after, err = observe(dep)
+	return r, err
+}
+
+// cpu is the CPU-seconds the deployment's processes used during the run.
+func (r generated) cpu() float64 { return (r.after.cpu - r.before.cpu).Seconds() }
+
+// cores is the generator's CPU and the machine's busy time over the run's
+// wall time.
+func (r generated) cores() (gen, busy float64) {
+	c, _ := r.gen.cpu()
+	return c.Seconds() / r.wall, (r.after.busy - r.before.busy).Seconds() / r.wall
 }
 
 // observation is a deployment at one moment: its processes' CPU summed,
@@ -220,35 +243,19 @@ func runMemcaslap(d *deployment, threads, conns int) (sample, error) {
 	secs := max(int(duration.Seconds()+0.5), 1)
 	args := []string{"-s", strings.Join(d.entry, ","), "-T", strconv.Itoa(threads), "-c", strconv.Itoa(conns),
 		"-w", memcaslapWindow, "-X", "100", "-t", strconv.Itoa(secs) + "s"}
-	s.cmds = slices.Concat(d.cmds, []string{*memcaslapBin + " " + strings.Join(args, " ")})
-	before, err := observe(d)
+	run, err := generate(d, "memcaslap", *memcaslapBin, args, time.Duration(secs)*time.Second)
+	s.cmds = run.cmds
 	if err != nil {
 		return s, err
 	}
-	t0 := time.Now()
-	gen, err := start("memcaslap", *memcaslapBin, args...)
+	ops, secsRun, err := parseMemcaslap(run.gen.out.String())
 	if err != nil {
 		return s, err
 	}
-	err = gen.wait(time.Duration(secs)*time.Second + generatorSlack)
-	wall := time.Since(t0).Seconds()
-	if err != nil {
-		return s, err
-	}
-	after, err := observe(d)
-	if err != nil {
-		return s, err
-	}
-	ops, secsRun, err := parseMemcaslap(gen.out.String())
-	if err != nil {
-		return s, err
-	}
-	cpu := (after.cpu - before.cpu).Seconds()
-	genCPU, _ := gen.cpu()
-	s.ops, s.opsPerSec, s.opsPerCPU = ops, float64(ops)/secsRun, float64(ops)/cpu
-	s.genCores, s.srvCores = genCPU.Seconds()/wall, cpu/wall
-	s.busyCores = (after.busy - before.busy).Seconds() / wall
-	s.busiest, s.busiestCmd, s.answered, err = nodeLoads(d, before, after, ops)
+	s.ops, s.opsPerSec, s.opsPerCPU = ops, float64(ops)/secsRun, float64(ops)/run.cpu()
+	s.genCores, s.busyCores = run.cores()
+	s.srvCores = run.cpu() / run.wall
+	s.busiest, s.busiestCmd, s.answered, err = nodeLoads(d, run.before, run.after, ops)
 	return s, err
 }
 

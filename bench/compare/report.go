@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,23 +57,14 @@ func writeTable(w io.Writer, header []string, rows [][]string) {
 // commas formats x rounded to an integer, with thousands separated:
 // 80783.4 → "80,783".
 func commas(x float64) string {
-	s := strconv.FormatInt(int64(x+0.5), 10)
-	if x < 0 {
-		s = strconv.FormatInt(int64(x-0.5), 10)
+	n := int64(math.Round(x))
+	switch {
+	case n < 0:
+		return "-" + commas(float64(-n))
+	case n < 1000:
+		return strconv.FormatInt(n, 10)
 	}
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
+	return fmt.Sprintf("%s,%03d", commas(float64(n/1000)), n%1000)
 }
 
 // ratio formats b/a as "0.74×", or "—" when either is missing.
@@ -191,6 +183,7 @@ func printDetails(w io.Writer, res results, done []scenario) {
 	fmt.Fprintf(w, "### Every cell\n\n")
 	var rows [][]string
 	var saturated []string
+	cells := 0
 	var maxOther float64 // the most CPU other work took, median of a cell
 	for _, sc := range done {
 		for side, st := range []*setup{sc.ref, sc.sw} {
@@ -198,6 +191,7 @@ func printDetails(w io.Writer, res results, done []scenario) {
 			if len(ss) == 0 {
 				continue
 			}
+			cells++
 			var each []string
 			for _, s := range ss {
 				if sc.name == "latency" {
@@ -232,7 +226,11 @@ func printDetails(w io.Writer, res results, done []scenario) {
 
 	fmt.Fprintf(w, "\nCores are CPU-seconds per second of the measured run: the load generator's, the servers' "+
 		"(single node: its rusage stats; 3 nodes and memcaslap: every process of the setup, from /proc), and the rest "+
-		"of the machine's busy time (/proc/stat), which is other work. ")
+		"of the machine's busy time (/proc/stat), which is other work; memcaslap's wall time includes its start, "+
+		"a second or so before it loads. ")
+	if len(saturated) == cells {
+		saturated = []string{"every cell"}
+	}
 	if len(saturated) > 0 {
 		fmt.Fprintf(w, "**Saturated** (the machine was 90 %% or more busy): %s. There ops/s is bound by the machine, "+
 			"and a server that needs less CPU per request leaves more to the generator, which then drives it harder; "+
