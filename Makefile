@@ -7,7 +7,7 @@ FUZZTIME ?= 60s
 # a server, for deploy's tests).
 TEST_PKGS := memcached libmemcached-tools python3-pymemcache prometheus php-cli php-memcached ruby ruby-dalli
 
-.PHONY: build run test test-deps test-coherence test-faults bench bench-memory fuzz vet clean
+.PHONY: build run test test-deps test-coherence test-faults bench bench-memory bench-compare fuzz vet clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/spillway
@@ -90,6 +90,34 @@ bench: build
 # minutes. Prints the tables of README "Memory".
 bench-memory: build
 	$(GO) run ./bench/memory -spillway $(BIN) -memcached $$(command -v memcached || echo /usr/bin/memcached)
+
+# Spillway against memcached and twemproxy, the table of issue 12
+# (bench/compare): a node against memcached -t 2, a 3-node cluster against
+# nutcracker in front of 3 memcached, all under the same spillway bench
+# load, alternating fresh processes on loopback ports run by run; then
+# libmemcached's memcaslap as a cross-check. Medians of 3 runs x 6 s
+# (COMPARE_FLAGS='-runs 1 -duration 2s' for a quick look); about 6 minutes.
+# Installs the Debian packages when missing (root and apt-get); elsewhere
+# the rows that need them are skipped, loudly.
+COMPARE_FLAGS ?=
+
+bench-compare: build
+	@missing=""; \
+	command -v memcached >/dev/null || missing="$$missing memcached"; \
+	command -v nutcracker >/dev/null || [ -x /usr/sbin/nutcracker ] || missing="$$missing nutcracker"; \
+	command -v memcaslap >/dev/null || missing="$$missing libmemcached-tools"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else \
+			echo "WARNING: missing$$missing; their rows will be SKIPPED (sudo apt-get install$$missing)"; \
+		fi; \
+	fi
+	$(GO) run ./bench/compare -spillway $(BIN) \
+		-memcached $$(command -v memcached || echo /usr/bin/memcached) \
+		-nutcracker $$(command -v nutcracker || echo /usr/sbin/nutcracker) \
+		-memcaslap $$(command -v memcaslap || echo /usr/bin/memcaslap) $(COMPARE_FLAGS)
 
 # A new input is minimized for at most 5 s (Go's default is 60 s, which can
 # take a whole short run while the fuzzer executes nothing).

@@ -45,7 +45,7 @@ func readAllStats(ctx context.Context, servers []string, timeout time.Duration) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			vals, err := readStats(ctx, addr, timeout)
+			vals, err := ReadStats(ctx, addr, timeout)
 			out[i] = snapshot{vals: vals, err: err}
 		}()
 	}
@@ -53,9 +53,10 @@ func readAllStats(ctx context.Context, servers []string, timeout time.Duration) 
 	return out
 }
 
-// readStats sends `stats` to addr on a fresh connection and collects the
-// STAT lines up to END.
-func readStats(ctx context.Context, addr string, timeout time.Duration) (map[string]string, error) {
+// ReadStats sends `stats` to addr on a fresh connection and collects the
+// STAT lines up to END, by name. bench/compare reads the servers it
+// starts with it.
+func ReadStats(ctx context.Context, addr string, timeout time.Duration) (map[string]string, error) {
 	d := net.Dialer{Timeout: timeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A setup is one column of the table: the processes that serve, started
+// fresh for each run.
+type setup struct {
+	name    string // as the table shows it
+	missing string // why it cannot run here ("" if it can)
+	start   func(dir string) (*deployment, error)
+}
+
+// deployment is a running setup.
+type deployment struct {
+	procs []*proc  // all it runs: the setup's CPU is theirs
+	entry []string // where the load goes
+	nodes []string // the cache nodes, whose stats count requests per node
+	// spillway is set when the nodes are Spillway's: a read a node
+	// forwards is then counted at two nodes (see nodeRequests).
+	spillway bool
+	cmds     []string // the command lines that started it
+}
+
+func (d *deployment) stop() {
+	for _, p := range d.procs {
+		p.stop()
+	}
+}
+
+// alive returns an error if one of d's processes has exited.
+func (d *deployment) alive() error {
+	for _, p := range d.procs {
+		if err := p.exited(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// launch starts a process of d and records its command line. A failure
+// stops what d has started so far.
+func (d *deployment) launch(name, bin string, args ...string) (*proc, error) {
+	p, err := start(name, bin, args...)
+	if err != nil {
+		d.stop()
+		return nil, err
+	}
+	d.procs = append(d.procs, p)
+	d.cmds = append(d.cmds, bin+" "+strings.Join(args, " "))
+	return p, nil
+}
+
+// memcachedArgs are the reference's flags: two worker threads, 1 GiB, no UDP.
+func memcachedArgs(port int) []string {
+	args := []string{"-l", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "2", "-m", "1024", "-U", "0"}
+	if os.Geteuid() == 0 {
+		args = append(args, "-u", "root") // memcached will not run as root unless told to
+	}
+	return args
+}
+
+// startMemcached adds a memcached on port to d and waits until it answers.
+func (d *deployment) startMemcached(name string, port int) error {
+	p, err := d.launch(name, *memcachedBin, memcachedArgs(port)...)
+	if err != nil {
+		return err
+	}
+	d.nodes = append(d.nodes, addr(port))
+	return answersStats(p, addr(port))
+}
+
+func memcachedSetup() *setup {
+	return &setup{name: "memcached", missing: missing(*memcachedBin, "memcached"),
+		start: func(string) (*deployment, error) {
+			ports, err := freePorts(1)
+			if err != nil {
+				return nil, err
+			}
+			d := new(deployment)
+			if err := d.startMemcached("memcached", ports[0]); err != nil {
+				d.stop()
+				return nil, err
+			}
+			d.entry = d.nodes
+			return d, nil
+		}}
+}
+
+func spillwaySetup() *setup {
+	return &setup{name: "Spillway", missing: missing(*spillwayBin, "`make build`"),
+		start: func(string) (*deployment, error) {
+			ports, err := freePorts(1)
+			if err != nil {
+				return nil, err
+			}
+			d := &deployment{spillway: true}
+			p, err := d.launch("spillway", *spillwayBin, "serve", "-l", addr(ports[0]), "-m", "1024")
+			if err != nil {
+				return nil, err
+			}
+			d.nodes = []string{addr(ports[0])}
+			d.entry = d.nodes
+			if err := answersStats(p, d.nodes[0]); err != nil {
+				d.stop()
+				return nil, err
+			}
+			return d, nil
+		}}
+}
+
+// clusterSize is the number of nodes of both cluster setups.
+const clusterSize = 3
+
+// twemproxySetup is nutcracker in front of three memcached, placing keys
+// by ketama (libmemcached's consistent hashing), as twemproxy is usually
+// deployed for memcached. The load goes to nutcracker.
+func twemproxySetup() *setup {
+	why := missing(*memcachedBin, "memcached")
+	if why == "" {
+		why = missing(*nutcrackerBin, "nutcracker")
+	}
+	return &setup{name: "twemproxy + 3 memcached", missing: why, start: func(dir string) (*deployment, error) {
+		ports, err := freePorts(clusterSize + 2) // backends, proxy, nutcracker's stats port
+		if err != nil {
+			return nil, err
+		}
+		d := new(deployment)
+		var servers strings.Builder
+		for i, port := range ports[:clusterSize] {
+			if err := d.startMemcached(fmt.Sprintf("memcached %d", i+1), port); err != nil {
+				d.stop()
+				return nil, err
+			}
+			// Named, so that ketama places keys by the name and not
+			// by the port, which changes from run to run.
+			fmt.Fprintf(&servers, "    - %s:1 mc%d\n", addr(port), i+1)
+		}
+		proxy := addr(ports[clusterSize])
+		conf, text := filepath.Join(dir, "nutcracker.yml"), fmt.Sprintf(nutcrackerConf, proxy, servers.String())
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			d.stop()
+			return nil, err
+		}
+		// Debian's build logs to /var/log and writes a pid file to /run
+		// by default; its stats listen on every interface unless told.
+		p, err := d.launch("nutcracker", *nutcrackerBin, "-c", conf, "-s", strconv.Itoa(ports[clusterSize+1]),
+			"-a", "127.0.0.1", "-o", filepath.Join(dir, "nutcracker.log"), "-p", filepath.Join(dir, "nutcracker.pid"))
+		if err != nil {
+			return nil, err
+		}
+		d.cmds = append(d.cmds, "# nutcracker.yml:\n"+text)
+		d.entry = []string{proxy}
+		if err := accepts(p, proxy); err != nil {
+			d.stop()
+			return nil, err
+		}
+		return d, nil
+	}}
+}
+
+// nutcrackerConf is the pool: listen address, then the servers' lines.
+const nutcrackerConf = `pool:
+  listen: %s
+  hash: fnv1a_64
+  distribution: ketama
+  timeout: 1000
+  auto_eject_hosts: false
+  servers:
+%s`
+
+// clusterSetup is three `spillway serve` processes joined into one
+// cluster, each told every gossip address. It is ready once every node's
+// ring holds all three (stat cluster_nodes).
+func clusterSetup() *setup {
+	return &setup{name: "Spillway, 3 nodes", missing: missing(*spillwayBin, "`make build`"),
+		start: func(string) (*deployment, error) {
+			ports, err := freePorts(3 * clusterSize) // client, gossip, peer
+			if err != nil {
+				return nil, err
+			}
+			client, gossip, peer := ports[:clusterSize], ports[clusterSize:2*clusterSize], ports[2*clusterSize:]
+			join := make([]string, clusterSize)
+			for i := range join {
+				join[i] = addr(gossip[i])
+			}
+			d := &deployment{spillway: true}
+			for i := range clusterSize {
+				_, err := d.launch(fmt.Sprintf("spillway node%d", i+1), *spillwayBin, "serve",
+					"-l", addr(client[i]), "-m", "1024", "--name", fmt.Sprintf("node%d", i+1),
+					"--gossip", addr(gossip[i]), "--peer-listen", addr(peer[i]), "--join", strings.Join(join, ","))
+				if err != nil {
+					return nil, err
+				}
+				d.nodes = append(d.nodes, addr(client[i]))
+			}
+			d.entry = d.nodes
+			deadline := time.Now().Add(joinTimeout)
+			for i, p := range d.procs {
+				err := poll(p, time.Until(deadline), fmt.Sprintf("in a cluster of %d", clusterSize), func() bool {
+					s, err := stats(d.nodes[i])
+					n, _ := statUint(s, "cluster_nodes")
+					return err == nil && n == clusterSize
+				})
+				if err != nil {
+					d.stop()
+					return nil, err
+				}
+			}
+			return d, nil
+		}}
+}
+
+// missing says why bin cannot be run ("" if it can), naming what to
+// install.
+func missing(bin, install string) string {
+	st, err := os.Stat(bin)
+	if err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return ""
+	}
+	if strings.HasPrefix(install, "`") {
+		return fmt.Sprintf("%s not found: run %s", bin, install)
+	}
+	return fmt.Sprintf("%s not found: apt-get install %s", bin, install)
+}
