@@ -289,6 +289,8 @@ type countingConn struct {
 	net.Conn
 	c             *conn
 	read, written uint64
+	// writeBy is the write deadline last set (Write).
+	writeBy time.Time
 }
 
 func (c *countingConn) Read(p []byte) (int, error) {
@@ -300,9 +302,17 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write writes p within the write timeout. The deadline moves only when
+// less than 15/16 of the timeout is left of it: a write still fails after
+// 15/16 to all of the timeout without progress, and a busy connection
+// moves its deadline (a timer update) once in a sixteenth of the timeout
+// rather than at every reply.
 func (c *countingConn) Write(p []byte) (int, error) {
 	if d := c.c.srv.cfg.WriteTimeout; d > 0 {
-		c.Conn.SetWriteDeadline(time.Now().Add(d))
+		if now := time.Now(); c.writeBy.Sub(now) < d-d/16 {
+			c.writeBy = now.Add(d)
+			c.Conn.SetWriteDeadline(c.writeBy)
+		}
 	}
 	n, err := c.Conn.Write(p)
 	c.written += uint64(n)
