@@ -22,6 +22,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"spillway/protocol"
@@ -159,10 +160,34 @@ func (c *Client) dial(timeout time.Duration) (*conn, error) {
 // must not be applied again, so a connection is checked before use rather
 // than a failed exchange retried.
 func (pc *conn) alive() bool {
+	if pc.r.Buffered() > 0 {
+		return false
+	}
+	if tc, ok := pc.nc.(*net.TCPConn); ok {
+		return tcpAlive(tc)
+	}
 	pc.nc.SetReadDeadline(time.Now())
 	_, err := pc.r.Peek(1)
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// tcpAlive is alive for a TCP connection: one non-blocking peek at the
+// socket, where the generic check (an expired deadline, a read, its
+// timeout error) sets two deadlines and allocates an error at every
+// exchange.
+func tcpAlive(tc *net.TCPConn) bool {
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var b [1]byte
+	alive := false
+	err = rc.Control(func(fd uintptr) {
+		_, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		alive = rerr == syscall.EAGAIN // nothing to read, and not closed
+	})
+	return err == nil && alive
 }
 
 // put returns a healthy connection to the pool; a failed one is closed,
