@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"testing"
+	"time"
 
 	"spillway/ring"
 )
@@ -67,7 +68,10 @@ func TestHotPathAllocs(t *testing.T) {
 // it owns and for one it forwards to the owner (the hop), with bounded
 // loads off so the owner answers every request.
 func TestHotPathAllocsCluster(t *testing.T) {
-	nodes := startCluster(t, 2, clusterOpts{picker: ring.PickerConfig{Epsilon: math.Inf(1)}})
+	// A short owner grace: a write in the grace after a view change also
+	// clears the key at its previous owner, which is not the steady state.
+	nodes := startCluster(t, 2, clusterOpts{picker: ring.PickerConfig{Epsilon: math.Inf(1)},
+		tune: func(_ string, cfg *Config) { cfg.Cluster.OwnerGrace = time.Millisecond }})
 	entry := nodes[0]
 	own := keyOwnedBy(t, entry, "own:", entry.srv.ID())
 	other := keyOwnedBy(t, entry, "fwd:", nodes[1].srv.ID())
@@ -76,16 +80,23 @@ func TestHotPathAllocsCluster(t *testing.T) {
 		setup.send("set " + k + " 5 0 3\r\nabc\r\n")
 		setup.expect("STORED\r\n")
 	}
-	cases := []struct{ name, req, want string }{
-		{"owned get", "get " + own + "\r\n", "VALUE " + own + " 5 3\r\nabc\r\nEND\r\n"},
-		{"owned set", "set " + own + " 5 0 3\r\nabc\r\n", "STORED\r\n"},
-		{"forwarded get", "get " + other + "\r\n", "VALUE " + other + " 5 3\r\nabc\r\nEND\r\n"},
-		{"forwarded set", "set " + other + " 5 0 3\r\nabc\r\n", "STORED\r\n"},
+	// A write at its owner opens a write round, a channel that reads of
+	// the key here wait on until the write's invalidations are over
+	// (holders.begin); a forwarded write's reply line is copied off the
+	// pooled connection it came on (wire.Client.Exchange).
+	cases := []struct {
+		name, req, want string
+		allocs          float64
+	}{
+		{"owned get", "get " + own + "\r\n", "VALUE " + own + " 5 3\r\nabc\r\nEND\r\n", 0},
+		{"owned set", "set " + own + " 5 0 3\r\nabc\r\n", "STORED\r\n", 1},
+		{"forwarded get", "get " + other + "\r\n", "VALUE " + other + " 5 3\r\nabc\r\nEND\r\n", 0},
+		{"forwarded set", "set " + other + " 5 0 3\r\nabc\r\n", "STORED\r\n", 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if n := allocsPerRequest(t, entry.addr, tc.req, tc.want); n != 0 {
-				t.Errorf("%q: %.2f allocations per request, want 0", tc.req, n)
+			if n := allocsPerRequest(t, entry.addr, tc.req, tc.want); n > tc.allocs {
+				t.Errorf("%q: %.2f allocations per request, want at most %v", tc.req, n, tc.allocs)
 			}
 		})
 	}

@@ -166,12 +166,13 @@ type cluster struct {
 	log   *slog.Logger
 	id    string // this node's name
 	selfH uint64
-	// heldTag is tag(tagHeld), made once: it goes with most reads.
-	heldTag string
-	boot    string // this incarnation's ID, in the node's meta
-	peers   membership
-	picker  *ring.Picker
-	copies  *store.Store
+	// tags are this node's peer tags by kind (tag), made once: one goes
+	// with most requests to a peer.
+	tags   map[string]string
+	boot   string // this incarnation's ID, in the node's meta
+	peers  membership
+	picker *ring.Picker
+	copies *store.Store
 
 	// view is the current membership: ring, peer clients, the previous
 	// ring and the hand-off state, swapped as one on every change.
@@ -278,7 +279,11 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cl.peers = p
 	cl.id = p.Self()
 	cl.selfH = idHash(cl.id)
-	cl.heldTag = cl.tag(tagHeld)
+	tags := make(map[string]string)
+	for _, kind := range []string{tagForward, tagHeld, tagFetch, tagWarm, tagInval, tagControl} {
+		tags[kind] = cl.tag(kind)
+	}
+	cl.tags = tags
 	cl.mu.Unlock()
 	if err := cl.refuseIncompatible(); err != nil {
 		p.Shutdown()

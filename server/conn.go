@@ -66,7 +66,9 @@ type conn struct {
 	// prevRound and endRound are the write round claimWrite opened (see
 	// holders.begin): the round before it, and the round's end.
 	prevRound <-chan struct{}
-	endRound  func()
+	endRound  writeRound
+	// line is where a forwarded write's request line is built (sendWrite).
+	line []byte
 }
 
 func newConn(s *Server, nc net.Conn) *conn {

@@ -17,8 +17,9 @@ import "spillway/protocol"
 // command with q may have no reply at all, so it is followed by mn, and a
 // nil reply means q hid it.
 func (c *conn) sendWrite(owner string, req *protocol.Request) (reply, value []byte, err error) {
-	key := string(req.Key)
-	line := protocol.AppendRequest(make([]byte, 0, 96+2*len(req.Key)), req, isTag)
+	key := transient(req.Key) // forwardQuiet keeps nothing of it
+	c.line = protocol.AppendRequest(c.line[:0], req, isTag)
+	line := c.line
 	if req.Command >= protocol.CmdMetaNoop {
 		var data []byte
 		if req.Command == protocol.CmdMetaSet {
@@ -47,8 +48,8 @@ func (c *conn) relayWrite(req *protocol.Request, reply, value []byte, err error)
 	if reply == nil {
 		return // q hid it
 	}
-	c.w.Line(string(reply))
+	c.w.Line(transient(reply))
 	if value != nil {
-		c.w.Line(string(value))
+		c.w.Line(transient(value))
 	}
 }

@@ -52,8 +52,11 @@ type holderShard struct {
 	// earlier round of the key is too. While one is open, reads of the
 	// key here wait for it (await): a reader here must not see the new
 	// value while a holder may still serve the old one, or two reads in a
-	// row could see new, then old.
-	rounds map[string]chan struct{}
+	// row could see new, then old. It is keyed by the key's hash: keys
+	// that share one share their rounds, which only has a read wait for
+	// the other key's write, and no key is kept (a write's key is the
+	// client's buffer, see transient).
+	rounds map[uint64]chan struct{}
 	_      [64]byte // keep shards' locks on cache lines of their own
 }
 
@@ -83,14 +86,16 @@ func newHolders(ttl time.Duration, maxBytes int64) *holders {
 	h := &holders{seed: maphash.MakeSeed(), ttl: ttl, maxBytes: max(int(maxBytes/holderShards), 4096)}
 	for i := range h.shards {
 		h.shards[i].keys = make(map[string]*holderEntry)
-		h.shards[i].rounds = make(map[string]chan struct{})
+		h.shards[i].rounds = make(map[uint64]chan struct{})
 	}
 	return h
 }
 
 func (h *holders) shard(key string) *holderShard {
-	return &h.shards[maphash.String(h.seed, key)%holderShards]
+	return &h.shards[h.hash(key)%holderShards]
 }
+
+func (h *holders) hash(key string) uint64 { return maphash.String(h.seed, key) }
 
 // add registers node as a holder of a copy of key from now on, before
 // the node's read of key; done follows the read. forgot is how many
@@ -249,26 +254,42 @@ func (sh *holderShard) expireLocked(now time.Time, ttl time.Duration, free int) 
 // begin opens a write round of key: until end is called, reads of key
 // here wait (await). prev is the round before it, still open, or nil; end
 // must not be called before prev is closed (or given up on).
-func (h *holders) begin(key string) (prev <-chan struct{}, end func()) {
-	sh := h.shard(key)
+func (h *holders) begin(key string) (prev <-chan struct{}, r writeRound) {
+	kh := h.hash(key)
+	sh := &h.shards[kh%holderShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if ch, ok := sh.rounds[key]; ok {
+	if ch, ok := sh.rounds[kh]; ok {
 		prev = ch
 	} else {
 		h.open.Add(1)
 	}
 	ch := make(chan struct{})
-	sh.rounds[key] = ch
-	return prev, func() {
-		sh.mu.Lock()
-		if sh.rounds[key] == ch {
-			delete(sh.rounds, key)
-			h.open.Add(-1)
-		}
-		sh.mu.Unlock()
-		close(ch)
+	sh.rounds[kh] = ch
+	return prev, writeRound{h: h, kh: kh, ch: ch}
+}
+
+// writeRound is a write round begin opened; the zero value is none.
+type writeRound struct {
+	h  *holders
+	kh uint64
+	ch chan struct{}
+}
+
+// open reports whether r is a round, not yet ended.
+func (r writeRound) open() bool { return r.ch != nil }
+
+// end closes the round: reads of its key wait no more, unless a later
+// write of the key opened a round of its own.
+func (r writeRound) end() {
+	sh := &r.h.shards[r.kh%holderShards]
+	sh.mu.Lock()
+	if sh.rounds[r.kh] == r.ch {
+		delete(sh.rounds, r.kh)
+		r.h.open.Add(-1)
 	}
+	sh.mu.Unlock()
+	close(r.ch)
 }
 
 // await waits until no write round of key is open, or timeout passed. It
@@ -277,9 +298,10 @@ func (h *holders) await(key string, timeout time.Duration) {
 	if h.open.Load() == 0 {
 		return
 	}
-	sh := h.shard(key)
+	kh := h.hash(key)
+	sh := &h.shards[kh%holderShards]
 	sh.mu.Lock()
-	ch := sh.rounds[key]
+	ch := sh.rounds[kh]
 	sh.mu.Unlock()
 	if ch == nil {
 		return

@@ -57,6 +57,9 @@ const notOwnerReply = "SERVER_ERROR not owner"
 
 // tag returns this node's tag of kind.
 func (cl *cluster) tag(kind string) string {
+	if t, ok := cl.tags[kind]; ok {
+		return t
+	}
 	return kind + strconv.FormatUint(cl.selfH, 36)
 }
 
@@ -220,7 +223,7 @@ func (cl *cluster) readHeld(id, key string, buf []byte) (readResult, error) {
 		return readResult{}, errNoPeer
 	}
 	sent := cl.srv.cfg.Now()
-	v, err := pc.Read(cl.cfg.PeerTimeout, key, cl.heldTag, buf)
+	v, err := pc.Read(cl.cfg.PeerTimeout, key, cl.tag(tagHeld), buf)
 	if err != nil || !v.Found {
 		return readResult{}, err
 	}

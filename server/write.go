@@ -53,7 +53,7 @@ func (cl *cluster) release(c *conn) { c.releaseWrite() }
 // landing.
 func (c *conn) claimWrite(req *protocol.Request, attempt int) bool {
 	s, cl := c.srv, c.srv.cl
-	owner, held := c.holdKey(string(req.Key), req.Command != protocol.CmdSet)
+	owner, held := c.holdKey(transient(req.Key), req.Command != protocol.CmdSet)
 	switch {
 	case held:
 		return true
@@ -122,7 +122,7 @@ var errHandoff = errors.New("key is changing owner; retry")
 // changed nothing still waits for the round before it.
 func (c *conn) releaseWrite() {
 	c.unlockKey()
-	if c.endRound != nil {
+	if c.endRound.open() {
 		if c.prevRound != nil {
 			t := time.NewTimer(c.srv.cl.cfg.InvalidateTimeout)
 			select {
@@ -131,8 +131,8 @@ func (c *conn) releaseWrite() {
 			}
 			t.Stop()
 		}
-		c.endRound()
-		c.endRound, c.prevRound = nil, nil
+		c.endRound.end()
+		c.endRound, c.prevRound = writeRound{}, nil
 	}
 }
 
@@ -191,14 +191,14 @@ func (c *conn) written(key []byte) { c.srv.rt.written(c, key) }
 
 func (cl *cluster) written(c *conn, key []byte) {
 	c.unlockKey()
-	prev, end := c.prevRound, c.endRound
-	if end == nil {
+	prev, round := c.prevRound, c.endRound
+	if !round.open() {
 		// Not claimed (router.drop, outside handle): a round of its own.
-		prev, end = cl.holders.begin(string(key))
+		prev, round = cl.holders.begin(transient(key))
 	}
-	c.endRound, c.prevRound = nil, nil
-	c.srv.invalidate(string(key), prev)
-	end()
+	c.endRound, c.prevRound = writeRound{}, nil
+	c.srv.invalidate(transient(key), prev)
+	round.end()
 }
 
 // forward sends a write to the key's owner and returns its reply line. The
@@ -333,5 +333,5 @@ func (c *conn) relay(reply []byte, err error, noreply bool) {
 		c.w.Line("SERVER_ERROR owner unreachable: " + strings.ReplaceAll(err.Error(), "\r\n", " "))
 		return
 	}
-	c.w.Line(string(reply))
+	c.w.Line(transient(reply))
 }
