@@ -28,6 +28,7 @@ const (
 	DefaultPeerMaxIdle       = 16
 	DefaultOwnerGrace        = 30 * time.Second
 	DefaultInvalidateTimeout = 100 * time.Millisecond
+	DefaultHotCopies         = 8
 	DefaultFenceTTL          = 30 * time.Second
 	DefaultPeerMaxConns      = 4096
 	DefaultPeerIdleTimeout   = 5 * time.Minute
@@ -75,6 +76,12 @@ type ClusterConfig struct {
 	// InvalidateTimeout bounds how long a write waits for copies to be
 	// invalidated before it answers. If zero, DefaultInvalidateTimeout.
 	InvalidateTimeout time.Duration
+	// HotCopies is how often a key another node owns must be read here
+	// (an estimate over the last few hundred thousand such reads, halved
+	// as they age) before this node keeps a copy of it, as it does of a
+	// key spilled to it, rather than send each read to the owner (hot.go).
+	// If zero, DefaultHotCopies; negative, only spilled keys get copies.
+	HotCopies int
 	// PeerSecrets, if set, authenticate every connection to and from the
 	// peer port (wire.Secrets): the first is presented, any is accepted.
 	// A connection without one is closed before any request is read.
@@ -151,6 +158,9 @@ func (c *ClusterConfig) setDefaults() {
 	if c.InvalidateTimeout == 0 {
 		c.InvalidateTimeout = DefaultInvalidateTimeout
 	}
+	if c.HotCopies == 0 {
+		c.HotCopies = DefaultHotCopies
+	}
 	if c.Drain == 0 {
 		c.Drain = DefaultDrain
 	}
@@ -173,6 +183,8 @@ type cluster struct {
 	peers  membership
 	picker *ring.Picker
 	copies *store.Store
+	// hot tells the keys owned elsewhere worth a copy here (keepHere).
+	hot hotKeys
 
 	// view is the current membership: ring, peer clients, the previous
 	// ring and the hand-off state, swapped as one on every change.
@@ -279,6 +291,7 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cl.peers = p
 	cl.id = p.Self()
 	cl.selfH = idHash(cl.id)
+	cl.hot.threshold = uint32(max(cfg.HotCopies, 0))
 	tags := make(map[string]string)
 	for _, kind := range []string{tagForward, tagHeld, tagFetch, tagWarm, tagInval, tagControl} {
 		tags[kind] = cl.tag(kind)

@@ -520,3 +520,37 @@ func TestJoinWarmsFromPreviousOwners(t *testing.T) {
 		t.Fatalf("join caused %d origin loads for %d moved keys", extra, moved)
 	}
 }
+
+// A key another node owns, read often at one node, is kept there as a
+// copy (hot.go): its reads stop going to the owner, and a write still
+// reaches the copy, which is dropped before the write answers.
+func TestHotCopies(t *testing.T) {
+	nodes := startCluster(t, 2, clusterOpts{picker: ring.PickerConfig{Epsilon: math.Inf(1)}})
+	entry := nodes[0]
+	key := keyOwnedBy(t, entry, "hot:", nodes[1].srv.ID())
+	c := dialRaw(t, entry.addr)
+	c.send("set " + key + " 0 0 2\r\nv1\r\n")
+	c.expect("STORED\r\n")
+	get := func(want string) {
+		t.Helper()
+		c.send("get " + key + "\r\n")
+		c.expect("VALUE " + key + " 0 2\r\n" + want + "\r\nEND\r\n")
+	}
+	for range DefaultHotCopies + 50 {
+		get("v1")
+	}
+	if got := entry.srv.counters[ctrForwarded].Load(); got >= DefaultHotCopies+2 {
+		t.Errorf("%d of %d reads went to the owner, want fewer than %d", got, DefaultHotCopies+50, DefaultHotCopies+2)
+	}
+	if _, ok := entry.srv.cl.copies.Get(key); !ok {
+		t.Fatal("no copy of the hot key at the node that reads it")
+	}
+	c.send("set " + key + " 0 0 2\r\nv2\r\n")
+	c.expect("STORED\r\n")
+	get("v2")
+	// Through the owner too: the copy's invalidation came from there.
+	o := dialRaw(t, nodes[1].addr)
+	o.send("set " + key + " 0 0 2\r\nv3\r\n")
+	o.expect("STORED\r\n")
+	get("v3")
+}

@@ -43,6 +43,16 @@ func (cl *cluster) held(key string) (store.Item, bool) {
 	return cl.copies.Get(key)
 }
 
+// keepHere counts a read of key that this node does not hold, and reports
+// whether the key is another node's and read here often enough to keep a
+// copy of. A leaving node keeps no copies (putCopy): it asks the others.
+func (cl *cluster) keepHere(key string) bool {
+	if cl.leftView.Load() || cl.view.Load().ring.Owner(key) == cl.id {
+		return false
+	}
+	return cl.hot.add(key)
+}
+
 // pick chooses the node to serve a read with the bounded-load ring.
 func (cl *cluster) pick(key string) (string, bool, func(), error) { return cl.picker.Pick(key) }
 
@@ -155,6 +165,14 @@ func (c *conn) readKey(k []byte, emit func(i int, r readResult)) bool {
 		emit(0, readResult{it, true})
 		return true
 	}
+	if s.rt.keepHere(key) {
+		// A hot key another node owns: read it through from the owner
+		// and keep it, as a spilled key is (fill.go).
+		r := s.fillAvoiding(string(k), nil)
+		s.countServed(s.rt.self(), false, true)
+		emit(0, r)
+		return true
+	}
 	id, primary, release, err := s.rt.pick(key)
 	if err != nil || id == s.rt.self() {
 		if release != nil {
@@ -208,6 +226,9 @@ func (c *conn) startRead(key string, bad *unreachable, nodes *map[string]*remote
 	s := c.srv
 	if it, ok := s.rt.held(key); ok {
 		return readStep{key: key, it: it, held: true}
+	}
+	if s.rt.keepHere(key) {
+		return readStep{key: key} // filled here (finishRead), and kept
 	}
 	id, primary, release, err := s.rt.pick(key)
 	st := readStep{key: key, primary: primary || err != nil, release: release}

@@ -24,6 +24,11 @@ type router interface {
 	ownsNow(key string) bool
 	// held returns what this node holds of key and may serve now.
 	held(key string) (store.Item, bool)
+	// keepHere reports whether a read of key, which this node does not
+	// hold, should be filled here and the key kept as a copy (a hot key
+	// another node owns, hot.go) rather than sent to the node pick
+	// chooses.
+	keepHere(key string) bool
 	// pick chooses the node to serve a read of key that this node does
 	// not hold (bounded loads); release, if not nil, ends the read's load.
 	pick(key string) (id string, primary bool, release func(), err error)
@@ -72,6 +77,8 @@ func (l local) held(key string) (store.Item, bool) { return l.s.store.Get(key) }
 func (local) pick(string) (string, bool, func(), error) { return "", true, nil, nil }
 
 func (local) reads(string) (*remoteReads, error) { return nil, errNoPeer }
+
+func (local) keepHere(string) bool { return false }
 
 func (local) readHeld(string, string, []byte) (readResult, error) { return readResult{}, errNoPeer }
 

@@ -55,6 +55,7 @@ type serveFlags struct {
 	vnodes        int
 	copyMemory    int64
 	copyTTL       time.Duration
+	hotCopies     int
 	peerTimeout   time.Duration
 	peerConnLimit int
 	peerIdle      time.Duration
@@ -112,6 +113,7 @@ func (f *serveFlags) options() []option {
 		{"", "peer-tls-ca", &stringValue{&f.peerTLSCA}, "PEM CA certificate that signed every node's --peer-tls-cert"},
 		{"", "drain", &durationValue{&f.drain}, "on shutdown, answer the nodes that take this node's keys for up to this long, so they warm them from here (0: not at all)"},
 		{"", "owner-grace", &durationValue{&f.ownerGrace}, "after a membership change, how long new owners read misses through from previous owners"},
+		{"", "hot-copies", &intValue{&f.hotCopies}, "keep a copy of a key another node owns once reads of it here are this frequent (an estimate over this node's recent reads of others' keys), as of a key spilled here: fewer hops, one invalidation per write (0: copies of spilled keys only)"},
 		{"", "invalidate-timeout", &durationValue{&f.invalidate}, "how long a write waits for copies elsewhere to be dropped before it answers (a copy not dropped by then lives until --copy-ttl, and counts in lost_invalidations)"},
 		{"", "origin", &stringValue{&f.origin}, "read-through origin: http://host:port/path/{key} or file:///dir"},
 		{"", "origin-timeout", &durationValue{&f.originTimeout}, "timeout of one origin load"},
@@ -143,6 +145,7 @@ func defaultServeFlags() serveFlags {
 		drain:           server.DefaultDrain,
 		ownerGrace:      server.DefaultOwnerGrace,
 		invalidate:      server.DefaultInvalidateTimeout,
+		hotCopies:       server.DefaultHotCopies,
 		originTimeout:   server.DefaultOriginTimeout,
 		originConc:      server.DefaultOriginConcurrency,
 		writeTimeout:    server.DefaultWriteTimeout,
@@ -175,7 +178,7 @@ func (f *serveFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 // clusterOnly are the flags that mean nothing without --gossip.
 var clusterOnly = []string{"name", "advertise", "join", "gossip-key", "weight", "peer-listen", "epsilon", "load",
 	"spill-order", "vnodes", "copy-memory", "copy-ttl", "peer-timeout", "peer-conn-limit", "peer-idle-timeout",
-	"owner-grace", "invalidate-timeout", "drain", "peer-secret", "peer-tls-cert", "peer-tls-key", "peer-tls-ca"}
+	"owner-grace", "invalidate-timeout", "hot-copies", "drain", "peer-secret", "peer-tls-cert", "peer-tls-key", "peer-tls-ca"}
 
 // check catches the mistakes that can be caught before anything is bound.
 // given is what parseOptions returned.
@@ -541,6 +544,7 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 		OwnerGrace:      f.ownerGrace,
 
 		InvalidateTimeout: f.invalidate,
+		HotCopies:         cmp.Or(f.hotCopies, -1), // 0 on the command line: none
 	}, nil
 }
 
