@@ -24,6 +24,8 @@ import "unsafe"
 // grows past 7/8 full.
 //
 // Not safe for concurrent use: each shard's mutex guards its index.
+// Reads that take no lock (read.go) call find, which is bounded whatever
+// the slots hold.
 type index struct {
 	slots []uint64
 	n     int // entries
@@ -42,8 +44,8 @@ func indexBytes(n int) int { return 8 * n }
 
 // newIndex returns a table of n slots in mem, which must be zeroed, at
 // least indexBytes(n) long and 8-byte aligned (a mapping is).
-func newIndex(mem []byte, n int) index {
-	return index{slots: unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), n)}
+func newIndex(mem []byte, n int) *index {
+	return &index{slots: unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), n)}
 }
 
 // home is the slot a hash (or a slot's content) starts probing at.
@@ -73,16 +75,17 @@ func (x *index) full() bool { return (x.n+1)*8 > len(x.slots)*7 }
 func (x *index) find(h uint64, eq func(loc uint64) bool) (int, bool) {
 	tag := h >> locBits
 	pos := x.home(h)
-	for d := 0; ; d++ {
+	for d := range len(x.slots) {
 		s := x.slots[pos]
-		if s == 0 || x.dist(pos) < d {
+		switch {
+		case s == 0, x.dist(pos) < d:
 			return 0, false
-		}
-		if s>>locBits == tag && eq(s&locMask) {
+		case s>>locBits == tag && eq(s&locMask):
 			return pos, true
 		}
 		pos = x.next(pos)
 	}
+	return 0, false
 }
 
 // at returns the position of the entry holding loc for hash h, which must

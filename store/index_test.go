@@ -13,7 +13,7 @@ import (
 // encodes the key, so that eq needs no other state.
 type indexModel struct {
 	t     testing.TB
-	x     index
+	x     *index
 	mem   []byte
 	hash  func(key int) uint64
 	locOf map[int]uint64 // key -> location, for the keys in the index
@@ -80,7 +80,7 @@ func (m *indexModel) step(op byte, key int) {
 // home without crossing an empty slot, and Robin Hood's order (along a run,
 // an entry's distance from home grows by at most one per slot).
 func (m *indexModel) check() {
-	x := &m.x
+	x := m.x
 	n := 0
 	for pos, s := range x.slots {
 		if s == 0 {
@@ -108,7 +108,7 @@ func (m *indexModel) grow() {
 		m.t.Fatal(err)
 	}
 	y := newIndex(mem, n)
-	m.x.moveTo(&y)
+	m.x.moveTo(y)
 	unmapMem(m.mem)
 	m.x, m.mem = y, mem
 	m.check()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -45,9 +46,12 @@ func checkSegments(t testing.TB, g *segEngine) {
 
 func (sh *shard) check() error {
 	spent := int64(len(sh.idxMem))
+	tables := []*index{sh.idx}
+	indexed := sh.idx.n
 	var items, bytes int64
 	var qbytes [numQueues]int64
-	for id, seg := range sh.segs {
+	for id := range sh.segs.len() {
+		seg := sh.segs.get(uint32(id))
 		if seg == nil {
 			continue
 		}
@@ -73,7 +77,10 @@ func (sh *shard) check() error {
 			live += it.size
 			nlive++
 			h := sh.g.hashOf(it.keyOf(seg.mem))
-			if _, ok := sh.idx.find(h, func(l uint64) bool { return l == location(seg, it.off) }); !ok {
+			if !slices.ContainsFunc(tables, func(x *index) bool {
+				_, ok := x.find(h, func(l uint64) bool { return l == location(seg, it.off) })
+				return ok
+			}) {
 				return fmt.Errorf("segment %d: live item %q at %d is not indexed", id, it.keyOf(seg.mem), it.off)
 			}
 			if it.exp != 0 && seg.minExp > it.exp || it.seq < seg.minSeq {
@@ -91,29 +98,31 @@ func (sh *shard) check() error {
 	}
 	for q := range sh.q {
 		n := int64(0)
-		for id := sh.q[q].first; id != 0; id = sh.segs[id].next {
-			n += int64(len(sh.segs[id].mem))
+		for id := sh.q[q].first; id != 0; id = sh.segs.get(id).next {
+			n += int64(len(sh.segs.get(id).mem))
 		}
 		if n != qbytes[q] || n != sh.q[q].bytes {
 			return fmt.Errorf("queue %d: linked %d bytes, segments say %d, queue %d", q, n, qbytes[q], sh.q[q].bytes)
 		}
 	}
-	for pos, s := range sh.idx.slots {
-		if s == 0 {
-			continue
-		}
-		seg := sh.segs[s&locMask>>segBits]
-		if seg == nil {
-			return fmt.Errorf("slot %d: no segment %d", pos, s&locMask>>segBits)
-		}
-		it := decode(seg.mem, int(s&(maxSegSize-1)))
-		if it.dead() || sh.g.hashOf(it.keyOf(seg.mem))>>locBits != s>>locBits {
-			return fmt.Errorf("slot %d leads to a dead item or one of another tag", pos)
+	for _, x := range tables {
+		for pos, s := range x.slots {
+			if s == 0 {
+				continue
+			}
+			seg := sh.segs.get(uint32(s & locMask >> segBits))
+			if seg == nil {
+				return fmt.Errorf("slot %d: no segment %d", pos, s&locMask>>segBits)
+			}
+			it := decode(seg.mem, int(s&(maxSegSize-1)))
+			if it.dead() || sh.g.hashOf(it.keyOf(seg.mem))>>locBits != s>>locBits {
+				return fmt.Errorf("slot %d leads to a dead item or one of another tag", pos)
+			}
 		}
 	}
 	switch {
-	case items != sh.items || bytes != sh.bytes || int(items) != sh.idx.n:
-		return fmt.Errorf("%d items, %d bytes in segments; counted %d, %d; index %d", items, bytes, sh.items, sh.bytes, sh.idx.n)
+	case items != sh.items || bytes != sh.bytes || int(items) != indexed:
+		return fmt.Errorf("%d items, %d bytes in segments; counted %d, %d; index %d", items, bytes, sh.items, sh.bytes, indexed)
 	case spent != sh.spent:
 		return fmt.Errorf("%d bytes mapped, counted %d", spent, sh.spent)
 	case spent > sh.max:

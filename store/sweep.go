@@ -38,13 +38,13 @@ func (g *segEngine) sweep() {
 	for i := range g.shards {
 		sh := &g.shards[i]
 		for from := uint32(1); from != 0; {
-			sh.mu.Lock()
+			sh.lockWrite()
 			if sh.closed {
-				sh.mu.Unlock()
+				sh.unlockWrite()
 				return
 			}
 			from = sh.sweep(from, g.s.clock(), sweepBatch)
-			sh.mu.Unlock()
+			sh.unlockWrite()
 		}
 	}
 }
@@ -53,8 +53,8 @@ func (g *segEngine) sweep() {
 // most n of them, and returns the number to go on from, 0 at the end.
 func (sh *shard) sweep(from uint32, now int64, n int) uint32 {
 	mark := sh.g.s.flush.watermark.Load()
-	for id := from; int(id) < len(sh.segs); id++ {
-		seg := sh.segs[id]
+	for id := from; int(id) < sh.segs.len(); id++ {
+		seg := sh.segs.get(id)
 		if seg == nil || seg.q == noQueue {
 			continue
 		}
@@ -64,7 +64,7 @@ func (sh *shard) sweep(from uint32, now int64, n int) uint32 {
 			worked = true
 		}
 		switch {
-		case sh.segs[id] != seg:
+		case sh.segs.get(id) != seg:
 			// A large item's, freed by reclaim.
 		case seg.nlive == 0 && seg.used > 0:
 			sh.dropSegment(seg) // a head too: the next write takes a fresh one
