@@ -341,3 +341,41 @@ func rssBytes() int64 {
 	}
 	return 0
 }
+
+// BenchmarkIndexGrowth loads 4M new 100-byte items into a Segments store
+// of 1 GiB (8 shards here, so half a million items a shard) and reports
+// the longest single Set (max-stall-ms) and the 99.99th percentile
+// (p9999-us): a shard's index grows while it fills, and a Set that grows it
+// stalls every other write of that shard. Each Set is timed in the
+// thread's CPU time, so that the figures leave out waiting for a core on
+// a shared machine. Run it alone:
+//
+//	go test -run '^$' -bench IndexGrowth -benchtime 1x ./store/
+func BenchmarkIndexGrowth(b *testing.B) {
+	const n = 4_000_000
+	val := bytes.Repeat([]byte("x"), 100)
+	key := make([]byte, 0, 16)
+	took := make([]time.Duration, n)
+	runtime.LockOSThread() // one thread's clock for each Set
+	defer runtime.UnlockOSThread()
+	for range b.N {
+		s, err := New(Config{Engine: Segments, MaxBytes: 1 << 30})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range n {
+			k := string(appendKey(key[:0], i))
+			t0 := threadCPUTime()
+			s.Set(Item{Key: k, Value: val})
+			took[i] = threadCPUTime() - t0
+		}
+		if st := s.Stats(); st.CurrItems != n {
+			b.Fatalf("%d items held, want %d", st.CurrItems, n)
+		}
+		b.ReportMetric(float64(n)/float64(len(s.eng.(*segEngine).shards)), "items/shard")
+		s.Close()
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[n-1].Microseconds())/1000, "max-stall-ms")
+	b.ReportMetric(float64(took[n-n/10000].Microseconds()), "p9999-us")
+}

@@ -5,6 +5,8 @@ package store
 import (
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // cpuTime is the CPU time the process has used, user and system: on a
@@ -16,4 +18,14 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// threadCPUTime is the CPU time of the calling thread: a stall measured
+// with it leaves out the time the thread waited for a core.
+func threadCPUTime() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }

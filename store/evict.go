@@ -269,7 +269,7 @@ func (sh *shard) evict(now int64, force bool) (*segment, bool) {
 			continue
 		}
 		h := sh.g.hashOf(it.keyOf(v.mem))
-		pos := sh.idx.at(h, location(v, it.off))
+		pos := sh.at(h, location(v, it.off))
 		if expired, flushed := sh.g.s.stale(it.seq, it.exp, now); expired || flushed {
 			sh.unlink(pos, v, &it)
 			sh.g.s.reclaimed(expired, it.fetched())

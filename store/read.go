@@ -29,11 +29,13 @@ import (
 //     Nothing a read decodes is trusted before that check: headers are
 //     parsed with bounds checks (parse, keyAt), so garbage makes the read
 //     fail, never fault or panic.
-//   - The index growing: the read may hold the old table. Its pages are
-//     given back at once (they then read as zeros) but the mapping stays
-//     until no read holds the old *index (retire, runtime.AddCleanup), so
-//     a read never touches unmapped memory; the version check discards
-//     what it found there.
+//   - The index growing, or being drained (index.go): a read looks in
+//     the table it loaded, then in that one's prev, and may hold tables
+//     that are no longer the shard's. A drained table's pages are given
+//     back at once (they then read as zeros) but its mapping stays until
+//     no read holds it (retire, runtime.AddCleanup), so a read never
+//     touches unmapped memory; the version check discards what it found
+//     there.
 //   - The segment table growing or renumbering: entries and length are
 //     atomics (segTable); an old table gives an old segment, whose memory
 //     (the pool's) stays mapped until Close.
@@ -98,7 +100,12 @@ func (sh *shard) read(key string, h uint64, fetch bool) (it Item, found, ok bool
 		return true
 	}
 	_, found = x.find(h, eq)
-	runtime.KeepAlive(x) // its mapping stays until here (retire)
+	old := x.prev.Load()
+	if !found && old != nil {
+		_, found = old.find(h, eq)
+	}
+	runtime.KeepAlive(x) // the mappings stay until here (retire)
+	runtime.KeepAlive(old)
 	if locked {
 		return Item{}, false, false
 	}

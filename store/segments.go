@@ -25,7 +25,9 @@ import (
 //     and value together. Items larger than an eighth of a segment get a
 //     mapping of their own, in pages, so any item size is served and no
 //     segment is mostly padding.
-//   - Index (index.go): 8 bytes a slot, no pointers.
+//   - Index (index.go): 8 bytes a slot, no pointers. It grows by a
+//     quarter at a time, moving its entries into the new table a few per
+//     write, so that no write stalls for a rehash of the shard.
 //   - Eviction (evict.go): whole segments, oldest first, S3-FIFO over
 //     segments: the items of an evicted segment that were read since they
 //     came in are copied forward instead of dropped.
@@ -48,9 +50,9 @@ import (
 //     what parallel gets still pay over Ristretto's, which hands out its
 //     own memory (BenchmarkGetParallel: 140 ns against 118; 107 against
 //     120 with the collector off).
-//   - The index grows by rehashing its shard's entries under the shard's
-//     lock: 16 ms at a million items a shard (measured), a stall for that
-//     shard's keys each time it grows by a quarter.
+//   - While the index grows, the shard pays for the old table and the new
+//     one until the old one is drained (a few thousand writes, or the
+//     sweeper's next pass); the ghost table starts empty each time.
 //   - Keys are at most 255 bytes (MaxSegmentKeyLen); the store sequence is
 //     kept in 32 bits, which 4 billion flush_alls and view changes would
 //     wrap.
@@ -94,6 +96,9 @@ type shard struct {
 	idx     *index
 	ridx    atomic.Pointer[index] // idx, for reads (read.go); nil once closed
 	idxMem  []byte                // the index's mapping, the ghost table after the slots
+	old     *index                // the index being drained into idx (newIndex); nil if none
+	oldMem  []byte
+	drained int // old's slots before this one are drained
 	ghost   ghost
 	segs    segTable // by number; segment 0 is none
 	freeIDs []uint32
@@ -233,11 +238,13 @@ func (g *segEngine) release() {
 				unmapMem(seg.mem)
 			}
 		}
-		if sh.idxMem != nil {
-			unmapMem(sh.idxMem)
+		for _, mem := range [][]byte{sh.idxMem, sh.oldMem} {
+			if mem != nil {
+				unmapMem(mem)
+			}
 		}
 		sh.segs.p.Store(nil)
-		sh.spare, sh.idx, sh.idxMem, sh.ghost = nil, nil, nil, ghost{}
+		sh.spare, sh.idx, sh.idxMem, sh.old, sh.oldMem, sh.ghost = nil, nil, nil, nil, nil, ghost{}
 		sh.q = [numQueues]queue{}
 		sh.unlockWrite()
 	}
@@ -247,12 +254,19 @@ func (g *segEngine) release() {
 // hashOf is Store.hash of a key held in a segment.
 func (g *segEngine) hashOf(key []byte) uint64 { return maphash.Bytes(g.s.seed, key) }
 
-// find returns the index position, segment and header of key's item.
+// find returns the position in the current index, segment and header of
+// key's item (moving its entry out of an old index being drained).
 func (sh *shard) find(key string, h uint64) (int, *segment, view, bool) {
-	pos, ok := sh.idx.find(h, func(loc uint64) bool {
+	eq := func(loc uint64) bool {
 		k, _ := keyAt(sh.segs.get(uint32(loc>>segBits)).mem, int(loc&(maxSegSize-1)))
 		return string(k) == key
-	})
+	}
+	pos, ok := sh.idx.find(h, eq)
+	if !ok && sh.old != nil {
+		if pos, ok = sh.old.find(h, eq); ok {
+			pos = sh.old.take(pos, h, sh.idx)
+		}
+	}
 	if !ok {
 		return 0, nil, view{}, false
 	}
@@ -322,6 +336,7 @@ func (g *segEngine) write(key string, h uint64, op writeOp) outcome {
 	}
 	s := g.s
 	now := s.clock()
+	sh.drain(drainStep)
 	pos, seg, v, found := sh.find(key, h)
 	var cr rec
 	var curp *rec
@@ -387,7 +402,7 @@ func (g *segEngine) write(key string, h uint64, op writeOp) outcome {
 		value = clone(value) // making room may move or drop the old bytes
 	}
 	q := sh.queueFor(found, seg, h)
-	if !found && sh.idx.full() && !sh.grow(now) && sh.idx.n == len(sh.idx.slots) {
+	if !found && sh.indexFull() && !sh.grow(now) && sh.idx.n == len(sh.idx.slots) {
 		sh.refuse(false, 0, nil, nil)
 		return o
 	}
@@ -482,24 +497,43 @@ func (g *segEngine) stats(st *Stats) {
 }
 
 // newIndex gives the shard an empty index of n slots, and a ghost table to
-// go with it, and moves the old index's entries into it.
+// go with it. The old index, if any, is drained into it a few slots per
+// write (drain); until then the shard pays for both.
 func (sh *shard) newIndex(n int) error {
 	size := tableBytes(n)
 	mem, err := mapMem(size)
 	if err != nil {
 		return err
 	}
-	sh.spent += int64(size - len(sh.idxMem))
-	old, oldMem := sh.idx, sh.idxMem
-	sh.idx, sh.idxMem = newIndex(mem, n), mem
-	sh.ghost = newGhost(mem[indexBytes(n):])
-	if old != nil {
-		old.moveTo(sh.idx)
-		retire(old, oldMem)
+	sh.spent += int64(size)
+	x := newIndex(mem, n)
+	if sh.idx != nil {
+		sh.old, sh.oldMem, sh.drained = sh.idx, sh.idxMem, 0
+		x.prev.Store(sh.old)
 	}
-	sh.ridx.Store(sh.idx)
+	sh.idx, sh.idxMem = x, mem
+	sh.ghost = newGhost(mem[indexBytes(n):])
+	sh.ridx.Store(x)
 	return nil
 }
+
+// drain moves the entries of up to n slots of the index being drained, if
+// any, into the current one, and frees the old one once it is empty.
+func (sh *shard) drain(n int) {
+	if sh.old == nil || !sh.old.drainInto(sh.idx, &sh.drained, n) {
+		return
+	}
+	sh.idx.prev.Store(nil)
+	sh.spent -= int64(len(sh.oldMem))
+	retire(sh.old, sh.oldMem)
+	sh.old, sh.oldMem = nil, nil
+}
+
+// drainStep is how many slots of an index being drained each write moves:
+// enough that the old index is empty well before the new one fills (it
+// is a quarter larger, and grows again past 7/8 full, so some 4.6 slots a
+// write would do), few enough that a write hardly notices (BenchmarkIndexGrowth).
+const drainStep = 16
 
 // retire gives back the memory of an index a read may still be looking
 // at (read.go): its pages at once, its mapping once no read holds x.
@@ -511,13 +545,42 @@ func retire(x *index, mem []byte) {
 // tableBytes is the mapping of an index of n slots and its ghost table.
 func tableBytes(n int) int { return indexBytes(n) + ghostBytes(n) }
 
+// indexFull reports whether one more entry would take the index past
+// 7/8, counting those still in the old index.
+func (sh *shard) indexFull() bool {
+	n := sh.idx.n
+	if sh.old != nil {
+		n += sh.old.n
+	}
+	return (n+1)*8 > len(sh.idx.slots)*7
+}
+
 // grow makes the index a quarter larger, evicting to pay for it; false if
 // it cannot. (Doubling would leave the index half empty, on average a
-// quarter, and it is a tenth of the memory.)
+// quarter, and it is a tenth of the memory.) An index still being drained
+// is drained first, at once: writes drain it long before it comes to
+// that.
 func (sh *shard) grow(now int64) bool {
+	sh.drain(len(sh.idx.slots) + 1)
 	n := len(sh.idx.slots) + len(sh.idx.slots)/4
 	if n > maxIndex {
 		return false
 	}
-	return sh.shedFor(int64(tableBytes(n)-len(sh.idxMem)), now) && sh.newIndex(n) == nil
+	return sh.shedFor(int64(tableBytes(n)), now) && sh.newIndex(n) == nil
+}
+
+// at returns the position in the current index of the entry for hash h
+// at loc, which must be in the index, moving it out of the old index if
+// it is still there.
+func (sh *shard) at(h, loc uint64) int {
+	eq := func(l uint64) bool { return l == loc }
+	if pos, ok := sh.idx.find(h, eq); ok {
+		return pos
+	}
+	if sh.old != nil {
+		if pos, ok := sh.old.find(h, eq); ok {
+			return sh.old.take(pos, h, sh.idx)
+		}
+	}
+	panic("store: index lost an item")
 }

@@ -45,9 +45,13 @@ func checkSegments(t testing.TB, g *segEngine) {
 }
 
 func (sh *shard) check() error {
-	spent := int64(len(sh.idxMem))
+	spent := int64(len(sh.idxMem) + len(sh.oldMem))
 	tables := []*index{sh.idx}
 	indexed := sh.idx.n
+	if sh.old != nil {
+		tables = append(tables, sh.old)
+		indexed += sh.old.n
+	}
 	var items, bytes int64
 	var qbytes [numQueues]int64
 	for id := range sh.segs.len() {
@@ -107,7 +111,7 @@ func (sh *shard) check() error {
 	}
 	for _, x := range tables {
 		for pos, s := range x.slots {
-			if s == 0 {
+			if s == 0 || s == tomb {
 				continue
 			}
 			seg := sh.segs.get(uint32(s & locMask >> segBits))
@@ -445,4 +449,58 @@ func TestSegmentsConcurrent(t *testing.T) {
 		}
 	})
 	checkSegments(t, g)
+}
+
+// TestSegmentsIndexDrains: while a shard's index is drained into a larger
+// one, every key is found in one table or the other, and writes, deletes
+// and evictions of keys still in the old table move or drop them there;
+// the sweeper finishes a drain that writes leave half done.
+func TestSegmentsIndexDrains(t *testing.T) {
+	s, g, _ := newSegStore(t, 8<<20, evictS3FIFO)
+	sh := &g.shards[0]
+	old := func() int { // entries left in the old table; -1 if none
+		sh.mu.Lock() // the sweeper drains too
+		defer sh.mu.Unlock()
+		if sh.old == nil {
+			return -1
+		}
+		return sh.old.n
+	}
+	val := bytes.Repeat([]byte("v"), 50)
+	n := 0
+	for ; old() < 1000; n++ {
+		s.Set(Item{Key: "k" + strconv.Itoa(n), Value: val})
+		if n > 1_000_000 {
+			t.Fatal("the index never grew")
+		}
+	}
+	checkSegments(t, g)
+	for i := range n {
+		mustGet(t, s, "k"+strconv.Itoa(i))
+	}
+	for i := 0; i < n; i += 3 {
+		s.Delete("k" + strconv.Itoa(i))
+	}
+	for i := 1; i < n; i += 3 {
+		s.Set(Item{Key: "k" + strconv.Itoa(i), Value: []byte("other")})
+	}
+	checkSegments(t, g)
+	for i := range n {
+		it, ok := s.Get("k" + strconv.Itoa(i))
+		switch {
+		case i%3 == 0 && ok:
+			t.Fatalf("k%d deleted, still found", i)
+		case i%3 == 1 && string(it.Value) != "other":
+			t.Fatalf("k%d = %q, %v; want the overwrite", i, it.Value, ok)
+		case i%3 == 2 && !ok:
+			t.Fatalf("k%d lost", i)
+		}
+	}
+	for old() >= 0 {
+		g.sweep()
+	}
+	checkSegments(t, g)
+	for i := 2; i < n; i += 3 {
+		mustGet(t, s, "k"+strconv.Itoa(i))
+	}
 }

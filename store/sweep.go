@@ -13,9 +13,13 @@ import "time"
 // Which segments need a look is known without reading them: a segment
 // remembers the earliest expiry and the lowest store sequence of the items
 // written to it (segment.minExp, minSeq).
+//
+// It also drains an index left half moved by its growth (shard.drain) by
+// sweepDrain slots at a time, for a shard that sees reads but no writes.
 const (
 	sweepEvery = time.Second
 	sweepBatch = 8
+	sweepDrain = 4096
 )
 
 func (g *segEngine) sweeper() {
@@ -43,6 +47,7 @@ func (g *segEngine) sweep() {
 				sh.unlockWrite()
 				return
 			}
+			sh.drain(sweepDrain)
 			from = sh.sweep(from, g.s.clock(), sweepBatch)
 			sh.unlockWrite()
 		}
@@ -95,7 +100,7 @@ func (sh *shard) reclaim(seg *segment, now int64) {
 			continue
 		}
 		if expired, flushed := sh.g.s.stale(it.seq, it.exp, now); expired || flushed {
-			pos := sh.idx.at(sh.g.hashOf(it.keyOf(seg.mem)), location(seg, it.off))
+			pos := sh.at(sh.g.hashOf(it.keyOf(seg.mem)), location(seg, it.off))
 			sh.unlink(pos, seg, &it) // frees a large item's segment
 			sh.g.s.reclaimed(expired, it.fetched())
 			continue
@@ -119,7 +124,7 @@ func (sh *shard) compact(seg *segment) {
 		if it.dead() {
 			continue
 		}
-		pos := sh.idx.at(sh.g.hashOf(it.keyOf(seg.mem)), location(seg, it.off))
+		pos := sh.at(sh.g.hashOf(it.keyOf(seg.mem)), location(seg, it.off))
 		if !sh.copyForward(pos, seg, &it, int(seg.q), it.freq(), false) {
 			return
 		}
