@@ -246,11 +246,12 @@ func mapped(s *Store) int64 {
 // BenchmarkGCPause times a forced full collection (runtime.GC) with 1M
 // items of 100 bytes in the owned store, with and without a full copy
 // store beside it (a Ristretto store of server.DefaultCopyMaxBytes, 16
-// MiB, as a cluster node has), and in an empty process for a baseline. It
-// reports the wall time and the CPU time the collector spent
-// (runtime/metrics), medians of 10. Run it alone; on a machine shared with
-// other work the wall time includes waiting for a core, which GOMAXPROCS=1
-// leaves out:
+// MiB, as a cluster node has; or, for comparison, a Segments store of the
+// same size), and in an empty process for a baseline. It reports the items
+// the copy store holds (copies), and the wall time and the CPU time the
+// collector spent (runtime/metrics), medians of 10. Run it alone; on a
+// machine shared with other work the wall time includes waiting for a
+// core, which GOMAXPROCS=1 leaves out:
 //
 //	GOMAXPROCS=1 go test -run '^$' -bench GCPause -benchtime 1x ./store/
 func BenchmarkGCPause(b *testing.B) {
@@ -259,16 +260,19 @@ func BenchmarkGCPause(b *testing.B) {
 		owned  Engine
 		items  int
 		copies bool
+		copy   Engine // the copy store's engine
 	}{
 		{name: "empty"},
 		{name: "owned=segments", owned: Segments, items: 1_000_000},
 		{name: "owned=segments/copies=full", owned: Segments, items: 1_000_000, copies: true},
+		{name: "owned=segments/copies=full-segments", owned: Segments, items: 1_000_000, copies: true, copy: Segments},
 		{name: "owned=ristretto/copies=full", owned: Ristretto, items: 1_000_000, copies: true},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			val := bytes.Repeat([]byte("x"), 100)
 			key := make([]byte, 0, 16)
+			var held int64 // by the copy store
 			if c.items > 0 {
 				owned, err := New(Config{Engine: c.owned, MaxBytes: 1 << 30})
 				if err != nil {
@@ -280,7 +284,7 @@ func BenchmarkGCPause(b *testing.B) {
 				}
 			}
 			if c.copies {
-				copies, err := New(Config{MaxBytes: 16 << 20})
+				copies, err := New(Config{Engine: c.copy, MaxBytes: 16 << 20})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -288,10 +292,13 @@ func BenchmarkGCPause(b *testing.B) {
 				for i := range 200_000 { // far more than 16 MiB holds
 					copies.Put(Item{Key: string(appendKey(key[:0], i)), Value: val, CAS: 1})
 				}
-				copies.Stats()
+				held = copies.Stats().CurrItems
 			}
 			b.ResetTimer()
 			for range b.N {
+				if c.copies {
+					b.ReportMetric(float64(held), "copies")
+				}
 				wall, cpu := gcPause(10)
 				b.ReportMetric(float64(wall.Microseconds())/1000, "gc-wall-ms")
 				b.ReportMetric(float64(cpu.Microseconds())/1000, "gc-cpu-ms")

@@ -218,3 +218,25 @@ func deadShares(g *segEngine, now int64) (expired, dead float64) {
 	}
 	return float64(exp) / float64(mapped), float64(gone) / float64(mapped)
 }
+
+// BenchmarkCopyStore replays cache-aside traces through a store of the
+// copy budget (server.DefaultCopyMaxBytes, 16 MiB) on each engine: the
+// hit ratio of the second half and the items held. Ristretto's TinyLFU
+// admission keeps one-off keys out; Segments has none, only S3-FIFO's
+// small queue.
+//
+//	go test -run '^$' -bench CopyStore -benchtime 1x ./store/
+func BenchmarkCopyStore(b *testing.B) {
+	const maxBytes, n = 16 << 20, 4_000_000
+	for _, w := range trace.Workloads(1 << 20) {
+		for _, eng := range engines {
+			b.Run(fmt.Sprintf("trace=%s/engine=%s", w.Name, eng), func(b *testing.B) {
+				for range b.N {
+					hits, items := replay(b, w, Config{Engine: eng}, maxBytes, n)
+					b.ReportMetric(100*hits, "hit-%")
+					b.ReportMetric(float64(items), "items")
+				}
+			})
+		}
+	}
+}
