@@ -43,8 +43,8 @@ type Item struct {
 // ItemOverhead is what the store charges per item on top of len(Key) and
 // len(Value) against Config.MaxBytes: the measured heap cost of one item
 // beyond its key and value bytes (BenchmarkMemory, 250k to 2M items of 100
-// bytes). It is made of the 48-byte entry and the rounding of its key+value
-// allocation, ristretto's 56-byte slot in its sharded map and 16-byte slot in
+// bytes). It is made of the 48-byte entry header and the rounding of the
+// allocation it shares with key and value, ristretto's 56-byte slot in its sharded map and 16-byte slot in
 // its policy's cost map, both at the load factors Go's maps run at. The
 // measured figure moves between 160 and 230 with the item count, because Go's
 // maps grow by doubling; 200 is its mean. Memcached's equivalent is its
