@@ -82,12 +82,16 @@ func BenchmarkSetParallel(b *testing.B) { benchParallel(b, 1) }
 func BenchmarkMixParallel(b *testing.B) { benchParallel(b, 10) }
 
 // benchParallel runs gets and, one request in setEvery (none if 0), sets
-// of existing keys from every core.
+// of existing keys from every core. It reports the CPU time per request
+// (cpu-ns/op) beside the wall time: on a shared machine the wall time
+// moves with the other work, and a contended lock shows in both.
 func benchParallel(b *testing.B, setEvery int) {
 	eachEngineB(b, func(b *testing.B, eng Engine) {
 		s, keys := benchStore(b, eng)
 		val := bytes.Repeat([]byte("w"), 100)
 		var seq atomic.Int64
+		cpu0 := cpuTime()
+		defer func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op") }()
 		b.RunParallel(func(pb *testing.PB) {
 			i := int(seq.Add(1)) * 7919
 			buf := make([]byte, 0, 128)
@@ -242,11 +246,12 @@ func mapped(s *Store) int64 {
 // BenchmarkGCPause times a forced full collection (runtime.GC) with 1M
 // items of 100 bytes in the owned store, with and without a full copy
 // store beside it (a Ristretto store of server.DefaultCopyMaxBytes, 16
-// MiB, as a cluster node has), and in an empty process for a baseline. It
-// reports the wall time and the CPU time the collector spent
-// (runtime/metrics), medians of 10. Run it alone; on a machine shared with
-// other work the wall time includes waiting for a core, which GOMAXPROCS=1
-// leaves out:
+// MiB, as a cluster node has; or, for comparison, a Segments store of the
+// same size), and in an empty process for a baseline. It reports the items
+// the copy store holds (copies), and the wall time and the CPU time the
+// collector spent (runtime/metrics), medians of 10. Run it alone; on a
+// machine shared with other work the wall time includes waiting for a
+// core, which GOMAXPROCS=1 leaves out:
 //
 //	GOMAXPROCS=1 go test -run '^$' -bench GCPause -benchtime 1x ./store/
 func BenchmarkGCPause(b *testing.B) {
@@ -255,16 +260,19 @@ func BenchmarkGCPause(b *testing.B) {
 		owned  Engine
 		items  int
 		copies bool
+		copy   Engine // the copy store's engine
 	}{
 		{name: "empty"},
 		{name: "owned=segments", owned: Segments, items: 1_000_000},
 		{name: "owned=segments/copies=full", owned: Segments, items: 1_000_000, copies: true},
+		{name: "owned=segments/copies=full-segments", owned: Segments, items: 1_000_000, copies: true, copy: Segments},
 		{name: "owned=ristretto/copies=full", owned: Ristretto, items: 1_000_000, copies: true},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			val := bytes.Repeat([]byte("x"), 100)
 			key := make([]byte, 0, 16)
+			var held int64 // by the copy store
 			if c.items > 0 {
 				owned, err := New(Config{Engine: c.owned, MaxBytes: 1 << 30})
 				if err != nil {
@@ -276,7 +284,7 @@ func BenchmarkGCPause(b *testing.B) {
 				}
 			}
 			if c.copies {
-				copies, err := New(Config{MaxBytes: 16 << 20})
+				copies, err := New(Config{Engine: c.copy, MaxBytes: 16 << 20})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -284,10 +292,13 @@ func BenchmarkGCPause(b *testing.B) {
 				for i := range 200_000 { // far more than 16 MiB holds
 					copies.Put(Item{Key: string(appendKey(key[:0], i)), Value: val, CAS: 1})
 				}
-				copies.Stats()
+				held = copies.Stats().CurrItems
 			}
 			b.ResetTimer()
 			for range b.N {
+				if c.copies {
+					b.ReportMetric(float64(held), "copies")
+				}
 				wall, cpu := gcPause(10)
 				b.ReportMetric(float64(wall.Microseconds())/1000, "gc-wall-ms")
 				b.ReportMetric(float64(cpu.Microseconds())/1000, "gc-cpu-ms")
@@ -336,4 +347,42 @@ func rssBytes() int64 {
 		}
 	}
 	return 0
+}
+
+// BenchmarkIndexGrowth loads 4M new 100-byte items into a Segments store
+// of 1 GiB (8 shards here, so half a million items a shard) and reports
+// the longest single Set (max-stall-ms) and the 99.99th percentile
+// (p9999-us): a shard's index grows while it fills, and a Set that grows it
+// stalls every other write of that shard. Each Set is timed in the
+// thread's CPU time, so that the figures leave out waiting for a core on
+// a shared machine. Run it alone:
+//
+//	go test -run '^$' -bench IndexGrowth -benchtime 1x ./store/
+func BenchmarkIndexGrowth(b *testing.B) {
+	const n = 4_000_000
+	val := bytes.Repeat([]byte("x"), 100)
+	key := make([]byte, 0, 16)
+	took := make([]time.Duration, n)
+	runtime.LockOSThread() // one thread's clock for each Set
+	defer runtime.UnlockOSThread()
+	for range b.N {
+		s, err := New(Config{Engine: Segments, MaxBytes: 1 << 30})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range n {
+			k := string(appendKey(key[:0], i))
+			t0 := threadCPUTime()
+			s.Set(Item{Key: k, Value: val})
+			took[i] = threadCPUTime() - t0
+		}
+		if st := s.Stats(); st.CurrItems != n {
+			b.Fatalf("%d items held, want %d", st.CurrItems, n)
+		}
+		b.ReportMetric(float64(n)/float64(len(s.eng.(*segEngine).shards)), "items/shard")
+		s.Close()
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[n-1].Microseconds())/1000, "max-stall-ms")
+	b.ReportMetric(float64(took[n-n/10000].Microseconds()), "p9999-us")
 }

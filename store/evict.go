@@ -77,7 +77,7 @@ func (sh *shard) push(q int, seg *segment, head bool) {
 	seg.q = uint8(q)
 	seg.prev, seg.next = qq.last, 0
 	if qq.last != 0 {
-		sh.segs[qq.last].next = seg.id
+		sh.segs.get(qq.last).next = seg.id
 	} else {
 		qq.first = seg.id
 	}
@@ -92,12 +92,12 @@ func (sh *shard) push(q int, seg *segment, head bool) {
 func (sh *shard) detach(seg *segment) {
 	qq := &sh.q[seg.q]
 	if seg.prev != 0 {
-		sh.segs[seg.prev].next = seg.next
+		sh.segs.get(seg.prev).next = seg.next
 	} else {
 		qq.first = seg.next
 	}
 	if seg.next != 0 {
-		sh.segs[seg.next].prev = seg.prev
+		sh.segs.get(seg.next).prev = seg.prev
 	} else {
 		qq.last = seg.prev
 	}
@@ -237,8 +237,8 @@ func (sh *shard) victim() *segment {
 		first = qSmall
 	}
 	for _, q := range [...]int{first, 1 - first} {
-		for id := sh.q[q].first; id != 0; id = sh.segs[id].next {
-			if seg := sh.segs[id]; seg != sh.q[q].head {
+		for id := sh.q[q].first; id != 0; id = sh.segs.get(id).next {
+			if seg := sh.segs.get(id); seg != sh.q[q].head {
 				return seg
 			}
 		}
@@ -269,7 +269,7 @@ func (sh *shard) evict(now int64, force bool) (*segment, bool) {
 			continue
 		}
 		h := sh.g.hashOf(it.keyOf(v.mem))
-		pos := sh.idx.at(h, location(v, it.off))
+		pos := sh.at(h, location(v, it.off))
 		if expired, flushed := sh.g.s.stale(it.seq, it.exp, now); expired || flushed {
 			sh.unlink(pos, v, &it)
 			sh.g.s.reclaimed(expired, it.fetched())
@@ -377,14 +377,13 @@ func (sh *shard) addSegment(mem []byte, large bool) *segment {
 		id = sh.freeIDs[n-1]
 		sh.freeIDs = sh.freeIDs[:n-1]
 	} else {
-		if len(sh.segs) > maxSegs {
+		if sh.segs.len() > maxSegs {
 			return nil
 		}
-		id = uint32(len(sh.segs))
-		sh.segs = append(sh.segs, nil)
+		id = sh.segs.add()
 	}
 	seg := &segment{mem: mem, id: id, large: large, q: noQueue}
-	sh.segs[id] = seg
+	sh.segs.set(id, seg)
 	sh.spent += int64(len(mem))
 	return seg
 }
@@ -392,21 +391,20 @@ func (sh *shard) addSegment(mem []byte, large bool) *segment {
 // dropSegment gives seg's memory back (to the pool, or the kernel for a
 // large item's) and forgets it. It must hold no live item.
 func (sh *shard) dropSegment(seg *segment) {
-	if sh.segs[seg.id] != seg {
+	if sh.segs.get(seg.id) != seg {
 		panic("store: segment dropped twice")
 	}
 	if seg.q != noQueue {
 		sh.detach(seg)
 	}
 	sh.spent -= int64(len(seg.mem))
-	sh.segs[seg.id] = nil
+	sh.segs.set(seg.id, nil)
 	sh.freeIDs = append(sh.freeIDs, seg.id)
 	if seg.large {
 		unmapMem(seg.mem)
 	} else {
 		sh.g.pool.put(seg.mem)
 	}
-	seg.mem = nil
 }
 
 // ghost remembers the hashes of keys S3-FIFO evicted from its small queue

@@ -1,6 +1,9 @@
 package store
 
-import "unsafe"
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
 // index maps a key's hash to where its item lives, in one 8-byte slot per
 // item and no pointers: an open-addressing table with linear probing and
@@ -23,10 +26,21 @@ import "unsafe"
 // Removal shifts the following entries back (no tombstones). The table
 // grows past 7/8 full.
 //
+// Growing is incremental (shard.grow): the new table is published with
+// the old one as its prev, and the old table's entries move into the new
+// one a few slots per write (drainInto), or when a write touches them.
+// An entry moved out of the old table leaves a tomb, so that the entries
+// after it stay where lookups look for them; nothing else changes a
+// table being drained. A lookup while one drains tries the new table,
+// then the old.
+//
 // Not safe for concurrent use: each shard's mutex guards its index.
+// Reads that take no lock (read.go) load prev atomically, and find is
+// bounded, whatever the slots hold.
 type index struct {
 	slots []uint64
-	n     int // entries
+	n     int                   // entries
+	prev  atomic.Pointer[index] // the table being drained into this one; nil if none
 }
 
 const (
@@ -35,6 +49,10 @@ const (
 	locMask  = 1<<locBits - 1
 	minIndex = 64           // slots a table starts with
 	maxIndex = 1 << tagBits // so that homes are distinct
+
+	// tomb fills the slot of an entry moved out of a table being
+	// drained: not empty, and no entry's (locations are never 0).
+	tomb = 1 << locBits
 )
 
 // indexBytes is what a table of n slots takes.
@@ -42,8 +60,8 @@ func indexBytes(n int) int { return 8 * n }
 
 // newIndex returns a table of n slots in mem, which must be zeroed, at
 // least indexBytes(n) long and 8-byte aligned (a mapping is).
-func newIndex(mem []byte, n int) index {
-	return index{slots: unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), n)}
+func newIndex(mem []byte, n int) *index {
+	return &index{slots: unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), n)}
 }
 
 // home is the slot a hash (or a slot's content) starts probing at.
@@ -73,16 +91,21 @@ func (x *index) full() bool { return (x.n+1)*8 > len(x.slots)*7 }
 func (x *index) find(h uint64, eq func(loc uint64) bool) (int, bool) {
 	tag := h >> locBits
 	pos := x.home(h)
-	for d := 0; ; d++ {
+	for d := range len(x.slots) {
 		s := x.slots[pos]
-		if s == 0 || x.dist(pos) < d {
+		switch {
+		case s == 0:
 			return 0, false
-		}
-		if s>>locBits == tag && eq(s&locMask) {
+		case s&locMask == 0:
+			// A tomb: the entries after it are where they were.
+		case x.dist(pos) < d:
+			return 0, false
+		case s>>locBits == tag && eq(s&locMask):
 			return pos, true
 		}
 		pos = x.next(pos)
 	}
+	return 0, false
 }
 
 // at returns the position of the entry holding loc for hash h, which must
@@ -101,23 +124,50 @@ func (x *index) loc(pos int) uint64 { return x.slots[pos] & locMask }
 // set moves the entry at pos to loc.
 func (x *index) set(pos int, loc uint64) { x.slots[pos] = x.slots[pos]&^locMask | loc }
 
-// insert adds an entry for h at loc; the table must not be full.
-func (x *index) insert(h, loc uint64) {
+// insert adds an entry for h at loc and returns its position; the table
+// must not be full, nor be drained.
+func (x *index) insert(h, loc uint64) int {
 	e := h&^locMask | loc
-	pos := x.home(h)
+	pos, at := x.home(h), -1
 	for d := 0; ; d++ {
 		s := x.slots[pos]
 		if s == 0 {
 			x.slots[pos] = e
 			x.n++
-			return
+			if at < 0 {
+				at = pos
+			}
+			return at
 		}
 		if sd := x.dist(pos); sd < d {
 			x.slots[pos], e = e, s
 			d = sd
+			if at < 0 {
+				at = pos
+			}
 		}
 		pos = x.next(pos)
 	}
+}
+
+// take moves the entry at pos, for hash h, into y, leaving a tomb, and
+// returns its position in y.
+func (x *index) take(pos int, h uint64, y *index) int {
+	s := x.slots[pos]
+	x.slots[pos] = tomb
+	x.n--
+	return y.insert(h, s&locMask)
+}
+
+// drainInto moves the entries of up to n slots, from *from on, into y,
+// and reports whether x has no entries left.
+func (x *index) drainInto(y *index, from *int, n int) bool {
+	for ; n > 0 && x.n > 0 && *from < len(x.slots); n, *from = n-1, *from+1 {
+		if s := x.slots[*from]; s&locMask != 0 {
+			x.take(*from, s, y) // a slot keeps the hash bits insert needs
+		}
+	}
+	return x.n == 0
 }
 
 // remove deletes the entry at pos, shifting back the entries after it
@@ -135,12 +185,8 @@ func (x *index) remove(pos int) {
 	}
 }
 
-// moveTo inserts every entry of x into y, which must be empty and large
-// enough.
+// moveTo inserts every entry of x into y, which must be large enough.
 func (x *index) moveTo(y *index) {
-	for _, s := range x.slots {
-		if s != 0 {
-			y.insert(s, s&locMask)
-		}
-	}
+	from := 0
+	x.drainInto(y, &from, len(x.slots))
 }

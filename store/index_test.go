@@ -10,14 +10,19 @@ import (
 // small integers; their hashes come from a table the test fills, so that
 // many keys can share a home slot, a tag or the whole hash, and the
 // comparison function (eq) is what tells them apart. A key's location
-// encodes the key, so that eq needs no other state.
+// encodes the key, so that eq needs no other state. It grows as a shard
+// does: the old table is drained into the new one a couple of slots per
+// step, and an entry a step touches moves at once.
 type indexModel struct {
-	t     testing.TB
-	x     index
-	mem   []byte
-	hash  func(key int) uint64
-	locOf map[int]uint64 // key -> location, for the keys in the index
-	ver   uint64
+	t       testing.TB
+	x       *index
+	mem     []byte
+	old     *index // being drained into x; nil if none
+	oldMem  []byte
+	drained int
+	hash    func(key int) uint64
+	locOf   map[int]uint64 // key -> location, for the keys in the index
+	ver     uint64
 }
 
 func newIndexModel(t testing.TB, n int, hash func(int) uint64) *indexModel {
@@ -26,7 +31,12 @@ func newIndexModel(t testing.TB, n int, hash func(int) uint64) *indexModel {
 		t.Fatal(err)
 	}
 	m := &indexModel{t: t, x: newIndex(mem, n), mem: mem, hash: hash, locOf: map[int]uint64{}}
-	t.Cleanup(func() { unmapMem(m.mem) }) // the table in use then: grow unmaps the ones it leaves
+	t.Cleanup(func() { // the tables in use then: drain unmaps the ones it leaves
+		unmapMem(m.mem)
+		if m.old != nil {
+			unmapMem(m.oldMem)
+		}
+	})
 	return m
 }
 
@@ -38,12 +48,34 @@ func (m *indexModel) loc(key int) uint64 {
 
 func keyOfLoc(loc uint64) int { return int(loc>>20) - 1 }
 
-func (m *indexModel) find(key int) (int, bool) {
-	return m.x.find(m.hash(key), func(loc uint64) bool { return keyOfLoc(loc) == key })
+// find looks key up in the new table, then the old one, moving it out of
+// the old one if take is set (as shard.find does).
+func (m *indexModel) find(key int, take bool) (int, bool) {
+	eq := func(loc uint64) bool { return keyOfLoc(loc) == key }
+	if pos, ok := m.x.find(m.hash(key), eq); ok {
+		return pos, true
+	}
+	if m.old == nil {
+		return 0, false
+	}
+	pos, ok := m.old.find(m.hash(key), eq)
+	if ok && take {
+		pos = m.old.take(pos, m.hash(key), m.x)
+	}
+	return pos, ok
+}
+
+// drain moves n slots' entries out of the old table, as shard.drain does.
+func (m *indexModel) drain(n int) {
+	if m.old != nil && m.old.drainInto(m.x, &m.drained, n) {
+		unmapMem(m.oldMem)
+		m.old, m.oldMem = nil, nil
+	}
 }
 
 func (m *indexModel) step(op byte, key int) {
-	pos, found := m.find(key)
+	m.drain(2)
+	pos, found := m.find(key, true)
 	want, in := m.locOf[key]
 	if found != in {
 		m.t.Fatalf("key %d: index has it %v, model %v", key, found, in)
@@ -57,7 +89,7 @@ func (m *indexModel) step(op byte, key int) {
 		switch {
 		case found:
 			m.x.set(pos, l)
-		case m.x.n < len(m.x.slots):
+		case m.x.n+m.oldN() < len(m.x.slots):
 			m.x.insert(m.hash(key), l)
 		default:
 			return
@@ -76,11 +108,19 @@ func (m *indexModel) step(op byte, key int) {
 	m.check()
 }
 
-// check verifies the table: its count, that every entry is found from its
-// home without crossing an empty slot, and Robin Hood's order (along a run,
-// an entry's distance from home grows by at most one per slot).
+func (m *indexModel) oldN() int {
+	if m.old == nil {
+		return 0
+	}
+	return m.old.n
+}
+
+// check verifies the tables: their counts, that every entry is found from
+// its home without crossing an empty slot, Robin Hood's order in the new
+// table (along a run, an entry's distance from home grows by at most one
+// per slot), and that the old table holds only entries and tombs.
 func (m *indexModel) check() {
-	x := &m.x
+	x := m.x
 	n := 0
 	for pos, s := range x.slots {
 		if s == 0 {
@@ -95,22 +135,41 @@ func (m *indexModel) check() {
 			m.t.Fatalf("slot %d holds a location of key %d the model does not have", pos, key)
 		}
 	}
-	if n != x.n || n != len(m.locOf) {
-		m.t.Fatalf("%d slots used, index counts %d, model %d", n, x.n, len(m.locOf))
+	old := 0
+	if m.old != nil {
+		for pos, s := range m.old.slots {
+			if s != 0 && s != tomb {
+				old++
+				if key := keyOfLoc(s & locMask); m.locOf[key] != s&locMask {
+					m.t.Fatalf("old slot %d holds a location of key %d the model does not have", pos, key)
+				}
+			}
+		}
+		if old != m.old.n {
+			m.t.Fatalf("%d old slots used, old index counts %d", old, m.old.n)
+		}
+	}
+	if n != x.n || n+old != len(m.locOf) {
+		m.t.Fatalf("%d+%d slots used, index counts %d, model %d", n, old, x.n, len(m.locOf))
+	}
+	for key := range m.locOf {
+		if _, ok := m.find(key, false); !ok {
+			m.t.Fatalf("key %d is in neither table", key)
+		}
 	}
 }
 
-// grow moves the table into one a quarter larger, as a shard does.
+// grow starts draining the table into one a quarter larger, as a shard
+// does, after draining the previous one.
 func (m *indexModel) grow() {
+	m.drain(len(m.x.slots) + 1)
 	n := len(m.x.slots) + len(m.x.slots)/4
 	mem, err := mapMem(indexBytes(n))
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	y := newIndex(mem, n)
-	m.x.moveTo(&y)
-	unmapMem(m.mem)
-	m.x, m.mem = y, mem
+	m.old, m.oldMem, m.drained = m.x, m.mem, 0
+	m.x, m.mem = newIndex(mem, n), mem
 	m.check()
 }
 

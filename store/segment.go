@@ -120,9 +120,17 @@ type view struct {
 }
 
 // keyAt returns the key of the item at off, decoding no more than it must:
-// index lookups call it for each slot whose tag matches.
-func keyAt(mem []byte, off int) []byte {
+// index lookups call it for each slot whose tag matches. ok is false if
+// mem does not hold a whole header and key at off, which only a read
+// racing a writer (read.go) can meet.
+func keyAt(mem []byte, off int) (key []byte, ok bool) {
+	if off < 0 || off+2 > len(mem) {
+		return nil, false
+	}
 	_, n := binary.Uvarint(mem[off+2:])
+	if n <= 0 {
+		return nil, false
+	}
 	p := off + 2 + n + 12
 	meta := mem[off]
 	if meta&hdrFlags != 0 {
@@ -131,16 +139,47 @@ func keyAt(mem []byte, off int) []byte {
 	if meta&hdrExp != 0 {
 		p += 8
 	}
-	return mem[p : p+int(mem[off+1])]
+	end := p + int(mem[off+1])
+	if end > len(mem) {
+		return nil, false
+	}
+	return mem[p:end], true
 }
 
-// decode reads the header of the item at off.
+// decode reads the header of the item at off, which must be one.
 func decode(mem []byte, off int) view {
-	v := view{off: off, meta: mem[off]}
+	v, ok := parse(mem, off)
+	if !ok {
+		panic("store: no item where the index or a segment says one is")
+	}
+	return v
+}
+
+// parse reads the header of the item at off; ok is false if mem does not
+// hold a whole item there, which only a read racing a writer (read.go)
+// can meet.
+func parse(mem []byte, off int) (v view, ok bool) {
+	if off < 0 || off+2 > len(mem) {
+		return view{}, false
+	}
+	v = view{off: off, meta: mem[off]}
 	klen := int(mem[off+1])
 	vlen, n := binary.Uvarint(mem[off+2:])
+	if n <= 0 || vlen > uint64(len(mem)) {
+		return view{}, false
+	}
 	v.vlen = int(vlen)
 	p := off + 2 + n
+	v.key = p + 12
+	if v.meta&hdrFlags != 0 {
+		v.key += 4
+	}
+	if v.meta&hdrExp != 0 {
+		v.key += 8
+	}
+	if v.key+klen+v.vlen > len(mem) {
+		return view{}, false
+	}
 	v.cas = binary.LittleEndian.Uint64(mem[p:])
 	v.seq = uint64(binary.LittleEndian.Uint32(mem[p+8:]))
 	p += 12
@@ -150,12 +189,10 @@ func decode(mem []byte, off int) view {
 	}
 	if v.meta&hdrExp != 0 {
 		v.exp = int64(binary.LittleEndian.Uint64(mem[p:]))
-		p += 8
 	}
-	v.key = p
-	v.val = p + klen
+	v.val = v.key + klen
 	v.size = v.val + v.vlen - off
-	return v
+	return v, true
 }
 
 func (v *view) freq() byte              { return v.meta & hdrFreq }

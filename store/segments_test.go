@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -44,10 +45,17 @@ func checkSegments(t testing.TB, g *segEngine) {
 }
 
 func (sh *shard) check() error {
-	spent := int64(len(sh.idxMem))
+	spent := int64(len(sh.idxMem) + len(sh.oldMem))
+	tables := []*index{sh.idx}
+	indexed := sh.idx.n
+	if sh.old != nil {
+		tables = append(tables, sh.old)
+		indexed += sh.old.n
+	}
 	var items, bytes int64
 	var qbytes [numQueues]int64
-	for id, seg := range sh.segs {
+	for id := range sh.segs.len() {
+		seg := sh.segs.get(uint32(id))
 		if seg == nil {
 			continue
 		}
@@ -73,7 +81,10 @@ func (sh *shard) check() error {
 			live += it.size
 			nlive++
 			h := sh.g.hashOf(it.keyOf(seg.mem))
-			if _, ok := sh.idx.find(h, func(l uint64) bool { return l == location(seg, it.off) }); !ok {
+			if !slices.ContainsFunc(tables, func(x *index) bool {
+				_, ok := x.find(h, func(l uint64) bool { return l == location(seg, it.off) })
+				return ok
+			}) {
 				return fmt.Errorf("segment %d: live item %q at %d is not indexed", id, it.keyOf(seg.mem), it.off)
 			}
 			if it.exp != 0 && seg.minExp > it.exp || it.seq < seg.minSeq {
@@ -91,29 +102,31 @@ func (sh *shard) check() error {
 	}
 	for q := range sh.q {
 		n := int64(0)
-		for id := sh.q[q].first; id != 0; id = sh.segs[id].next {
-			n += int64(len(sh.segs[id].mem))
+		for id := sh.q[q].first; id != 0; id = sh.segs.get(id).next {
+			n += int64(len(sh.segs.get(id).mem))
 		}
 		if n != qbytes[q] || n != sh.q[q].bytes {
 			return fmt.Errorf("queue %d: linked %d bytes, segments say %d, queue %d", q, n, qbytes[q], sh.q[q].bytes)
 		}
 	}
-	for pos, s := range sh.idx.slots {
-		if s == 0 {
-			continue
-		}
-		seg := sh.segs[s&locMask>>segBits]
-		if seg == nil {
-			return fmt.Errorf("slot %d: no segment %d", pos, s&locMask>>segBits)
-		}
-		it := decode(seg.mem, int(s&(maxSegSize-1)))
-		if it.dead() || sh.g.hashOf(it.keyOf(seg.mem))>>locBits != s>>locBits {
-			return fmt.Errorf("slot %d leads to a dead item or one of another tag", pos)
+	for _, x := range tables {
+		for pos, s := range x.slots {
+			if s == 0 || s == tomb {
+				continue
+			}
+			seg := sh.segs.get(uint32(s & locMask >> segBits))
+			if seg == nil {
+				return fmt.Errorf("slot %d: no segment %d", pos, s&locMask>>segBits)
+			}
+			it := decode(seg.mem, int(s&(maxSegSize-1)))
+			if it.dead() || sh.g.hashOf(it.keyOf(seg.mem))>>locBits != s>>locBits {
+				return fmt.Errorf("slot %d leads to a dead item or one of another tag", pos)
+			}
 		}
 	}
 	switch {
-	case items != sh.items || bytes != sh.bytes || int(items) != sh.idx.n:
-		return fmt.Errorf("%d items, %d bytes in segments; counted %d, %d; index %d", items, bytes, sh.items, sh.bytes, sh.idx.n)
+	case items != sh.items || bytes != sh.bytes || int(items) != indexed:
+		return fmt.Errorf("%d items, %d bytes in segments; counted %d, %d; index %d", items, bytes, sh.items, sh.bytes, indexed)
 	case spent != sh.spent:
 		return fmt.Errorf("%d bytes mapped, counted %d", spent, sh.spent)
 	case spent > sh.max:
@@ -436,4 +449,58 @@ func TestSegmentsConcurrent(t *testing.T) {
 		}
 	})
 	checkSegments(t, g)
+}
+
+// TestSegmentsIndexDrains: while a shard's index is drained into a larger
+// one, every key is found in one table or the other, and writes, deletes
+// and evictions of keys still in the old table move or drop them there;
+// the sweeper finishes a drain that writes leave half done.
+func TestSegmentsIndexDrains(t *testing.T) {
+	s, g, _ := newSegStore(t, 8<<20, evictS3FIFO)
+	sh := &g.shards[0]
+	old := func() int { // entries left in the old table; -1 if none
+		sh.mu.Lock() // the sweeper drains too
+		defer sh.mu.Unlock()
+		if sh.old == nil {
+			return -1
+		}
+		return sh.old.n
+	}
+	val := bytes.Repeat([]byte("v"), 50)
+	n := 0
+	for ; old() < 1000; n++ {
+		s.Set(Item{Key: "k" + strconv.Itoa(n), Value: val})
+		if n > 1_000_000 {
+			t.Fatal("the index never grew")
+		}
+	}
+	checkSegments(t, g)
+	for i := range n {
+		mustGet(t, s, "k"+strconv.Itoa(i))
+	}
+	for i := 0; i < n; i += 3 {
+		s.Delete("k" + strconv.Itoa(i))
+	}
+	for i := 1; i < n; i += 3 {
+		s.Set(Item{Key: "k" + strconv.Itoa(i), Value: []byte("other")})
+	}
+	checkSegments(t, g)
+	for i := range n {
+		it, ok := s.Get("k" + strconv.Itoa(i))
+		switch {
+		case i%3 == 0 && ok:
+			t.Fatalf("k%d deleted, still found", i)
+		case i%3 == 1 && string(it.Value) != "other":
+			t.Fatalf("k%d = %q, %v; want the overwrite", i, it.Value, ok)
+		case i%3 == 2 && !ok:
+			t.Fatalf("k%d lost", i)
+		}
+	}
+	for old() >= 0 {
+		g.sweep()
+	}
+	checkSegments(t, g)
+	for i := 2; i < n; i += 3 {
+		mustGet(t, s, "k"+strconv.Itoa(i))
+	}
 }

@@ -231,11 +231,7 @@ func (s *Store) invalid(key string, seq uint64, exp, now int64) (expired, flushe
 // can expire or a flush is pending, and counts a miss on an item that is
 // no longer visible.
 func (s *Store) visible(key string, seq uint64, exp int64) (ok, expired bool) {
-	var now int64
-	if exp != 0 || s.flush.pending() {
-		now = s.clock()
-	}
-	expired, flushed := s.invalid(key, seq, exp, now)
+	expired, flushed := s.readable(key, seq, exp)
 	switch {
 	case expired:
 		s.ctr.getExpired.Add(1)
@@ -243,6 +239,16 @@ func (s *Store) visible(key string, seq uint64, exp int64) (ok, expired bool) {
 		s.ctr.getFlushed.Add(1)
 	}
 	return !expired && !flushed, expired
+}
+
+// readable is invalid for a read, which reads the clock only when the
+// item can expire or a flush is pending; it counts nothing.
+func (s *Store) readable(key string, seq uint64, exp int64) (expired, flushed bool) {
+	var now int64
+	if exp != 0 || s.flush.pending() {
+		now = s.clock()
+	}
+	return s.invalid(key, seq, exp, now)
 }
 
 // reclaimed counts an expired or flushed item an engine removed; an
