@@ -39,6 +39,13 @@ type Meta struct {
 	// the server refuses to mix them.
 	Protocol int    `json:"v,omitempty"`
 	Ring     string `json:"r,omitempty"`
+
+	// SharedReads says the node answers the one-key reads that other
+	// nodes send on connections they share (server/peerproto.go, the held
+	// tag). A capability rather than a protocol version: nodes without it
+	// are sent reads the older way, so both can share keys while a
+	// cluster is upgraded.
+	SharedReads bool `json:"s,omitempty"`
 }
 
 // metaVersion is the first byte of an encoded Meta. The rest is JSON, so

@@ -21,6 +21,15 @@ import (
 // not followed by "\r\n". The stream cannot be read further.
 var ErrBadReply = errors.New("protocol: malformed reply")
 
+// ErrValueTooLarge is a VALUE or VA reply whose data block is over
+// ReplyReader.MaxValue (and at most maxSkippedValue). Read skips the block,
+// so the stream stays in step: the next Read reads the next reply.
+var ErrValueTooLarge = errors.New("protocol: value larger than accepted")
+
+// maxSkippedValue bounds the block that ErrValueTooLarge skips; a larger
+// one is ErrBadReply.
+const maxSkippedValue = 1 << 30
+
 // keepValueBuf is the largest value buffer a ReplyReader keeps between
 // reads; a larger value gets a buffer of its own, so that one large reply
 // does not pin its size for the connection's life.
@@ -49,7 +58,8 @@ type ReplyReader struct {
 // A multi-line reply (the VALUEs of a get and their END, the STATs of
 // stats) is one Read per line. At the end of the stream Read returns
 // io.EOF between replies and io.ErrUnexpectedEOF inside one. Every error
-// leaves br at an unknown place in the stream: close the connection.
+// but ErrValueTooLarge leaves br at an unknown place in the stream: close
+// the connection.
 func (rr *ReplyReader) Read(br *bufio.Reader) (line, value []byte, err error) {
 	l, err := br.ReadSlice('\n')
 	switch {
@@ -71,6 +81,18 @@ func (rr *ReplyReader) Read(br *bufio.Reader) (line, value []byte, err error) {
 	maxValue := rr.MaxValue
 	if maxValue <= 0 {
 		maxValue = DefaultMaxItemSize
+	}
+	if n > maxValue && n <= maxSkippedValue {
+		if _, err := br.Discard(n); err != nil {
+			return nil, nil, unexpected(err)
+		}
+		if crlf, err := br.Peek(2); err != nil {
+			return nil, nil, unexpected(err)
+		} else if crlf[0] != '\r' || crlf[1] != '\n' {
+			return nil, nil, fmt.Errorf("%w: data block after %q not ended by \\r\\n", ErrBadReply, line)
+		}
+		br.Discard(2)
+		return line, nil, fmt.Errorf("%w: %q (at most %d bytes accepted)", ErrValueTooLarge, line, maxValue)
 	}
 	if n < 0 || n > maxValue {
 		return nil, nil, fmt.Errorf("%w: %q (at most %d bytes accepted)", ErrBadReply, line, maxValue)

@@ -40,11 +40,26 @@ var replyCases = []struct {
 	{"value-alone", "VALUE\r\n", nil, ErrBadReply},
 	{"meta-value-no-size", "VA\r\n", nil, ErrBadReply},
 	{"meta-value-bad-size", "VA f1\r\n", nil, ErrBadReply},
-	{"over-max-value", "VALUE k 0 65\r\n", nil, ErrBadReply},
+	{"over-max-value", "VALUE k 0 65\r\n" + strings.Repeat("v", 65) + "\r\nEND\r\n", nil, ErrValueTooLarge},
+	{"over-max-value-truncated", "VALUE k 0 65\r\n", nil, io.ErrUnexpectedEOF},
+	{"over-max-value-not-terminated", "VA 65\r\n" + strings.Repeat("v", 67) + "\r\n", nil, ErrBadReply},
+	{"over-max-value-beyond-skipping", "VA 2000000000\r\n", nil, ErrBadReply},
 	{"block-not-terminated", "VALUE k 0 2\r\nabcd\r\n", nil, ErrBadReply},
 	{"block-truncated", "VALUE k 0 40\r\nabc", nil, io.ErrUnexpectedEOF},
 	{"block-missing", "VALUE k 0 4\r\n", nil, io.ErrUnexpectedEOF},
 	{"line-too-long", "STAT " + strings.Repeat("x", 100) + "\r\n", nil, ErrBadReply},
+}
+
+// A value over MaxValue fails its own reply only: the stream reads on.
+func TestReplyReaderSkipsLargeValue(t *testing.T) {
+	br := bufio.NewReaderSize(strings.NewReader("VA 65\r\n"+strings.Repeat("v", 65)+"\r\nVA 2\r\nok\r\n"), 64)
+	rr := ReplyReader{MaxValue: 64}
+	if _, _, err := rr.Read(br); !errors.Is(err, ErrValueTooLarge) {
+		t.Fatalf("a 65-byte value: %v, want ErrValueTooLarge", err)
+	}
+	if line, value, err := rr.Read(br); err != nil || string(line) != "VA 2" || string(value) != "ok" {
+		t.Fatalf("the reply after it: %q %q %v", line, value, err)
+	}
 }
 
 func TestReplyReader(t *testing.T) {

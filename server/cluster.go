@@ -111,6 +111,10 @@ type ClusterConfig struct {
 	// ports: tests run nodes in one process, on an in-memory network.
 	join func(cfg peers.Config, onChange func(*ring.Ring)) (membership, error)
 	dial func(ctx context.Context, addr string) (net.Conn, error)
+	// noSharedReads makes the node one of before shared reads, for a
+	// test of a cluster being upgraded: it does not advertise them, and
+	// takes a held-tag read for a client's mg.
+	noSharedReads bool
 }
 
 // membership is what a node needs of gossip: its name, the ring of live
@@ -278,6 +282,7 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cfg.Peers.OnDeclaredDead = func() { cl.onDeclaredDead([]byte(cl.boot)) }
 	cfg.Peers.Meta.Protocol = peerProtocol
 	cfg.Peers.Meta.Ring = cl.ringParams()
+	cfg.Peers.Meta.SharedReads = !cfg.noSharedReads
 	join := cfg.join
 	if join == nil {
 		join = gossipJoin

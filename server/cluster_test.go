@@ -554,3 +554,65 @@ func TestHotCopies(t *testing.T) {
 	o.expect("STORED\r\n")
 	get("v3")
 }
+
+// A node that does not advertise shared reads (one of before them, in a
+// cluster being upgraded) is read the older way: a key it would fill from
+// the origin is filled, not missed as an unknown request would be.
+func TestSharedReadsOnlyToNodesThatAdvertiseThem(t *testing.T) {
+	origin := OriginFunc(func(_ context.Context, key string) (store.Item, error) {
+		return store.Item{Key: key, Value: []byte("from-origin")}, nil
+	})
+	nodes := startCluster(t, 2, clusterOpts{origin: origin, picker: ring.PickerConfig{Epsilon: math.Inf(1)},
+		tune: func(name string, cfg *Config) {
+			cfg.Cluster.noSharedReads = name == "node1"
+			cfg.Cluster.HotCopies = -1
+		}})
+	c := dialRaw(t, nodes[0].addr)
+	for i := range 20 {
+		key := keyOwnedBy(t, nodes[0], fmt.Sprintf("cold%d:", i), nodes[1].srv.ID())
+		c.send("get " + key + "\r\n")
+		c.expect("VALUE " + key + " 0 11\r\nfrom-origin\r\nEND\r\n")
+	}
+}
+
+// A shared read never waits at the node that serves it: a write round of
+// its key under way (which a read there waits for, so that no client sees
+// the new value and then a copy's old one) is answered NS, and the read
+// goes on a connection of its own; the reads of other keys that share the
+// connection go on meanwhile.
+func TestSharedReadsDoNotWaitForWriteRounds(t *testing.T) {
+	nodes := startCluster(t, 2, clusterOpts{picker: ring.PickerConfig{Epsilon: math.Inf(1)},
+		tune: func(_ string, cfg *Config) {
+			cfg.Cluster.InvalidateTimeout = time.Minute
+			cfg.Cluster.HotCopies = -1
+		}})
+	entry, owner := nodes[0], nodes[1]
+	slow := keyOwnedBy(t, entry, "slow:", owner.srv.ID())
+	other := keyOwnedBy(t, entry, "other:", owner.srv.ID())
+	w := dialRaw(t, entry.addr)
+	for _, k := range []string{slow, other} {
+		w.send("set " + k + " 0 0 1\r\nv\r\n")
+		w.expect("STORED\r\n")
+	}
+	// A write of slow at its owner whose invalidations have not ended.
+	_, round := owner.srv.cl.holders.begin(slow)
+	slowDone := make(chan struct{})
+	go func() {
+		defer close(slowDone)
+		c := dialRaw(t, entry.addr)
+		c.send("get " + slow + "\r\n")
+		c.expect("VALUE " + slow + " 0 1\r\nv\r\nEND\r\n")
+	}()
+	r := dialRaw(t, entry.addr)
+	for range 8 { // on both shared connections
+		r.send("get " + other + "\r\n")
+		r.expect("VALUE " + other + " 0 1\r\nv\r\nEND\r\n")
+	}
+	select {
+	case <-slowDone:
+		t.Error("the read of a key with a write round open answered before the round ended")
+	default:
+	}
+	round.end()
+	<-slowDone
+}

@@ -69,6 +69,7 @@ type fenceReply struct {
 func (cl *cluster) selfMeta() peers.Meta {
 	m, _ := cl.peers.Meta(cl.id)
 	m.Boot, m.Protocol, m.Ring = cl.boot, peerProtocol, cl.ringParams()
+	m.SharedReads = !cl.cfg.noSharedReads
 	return m
 }
 

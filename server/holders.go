@@ -292,6 +292,20 @@ func (r writeRound) end() {
 	close(r.ch)
 }
 
+// roundOpen reports whether a write round of key is open, without waiting
+// for it.
+func (h *holders) roundOpen(key string) bool {
+	if h.open.Load() == 0 {
+		return false
+	}
+	kh := h.hash(key)
+	sh := &h.shards[kh%holderShards]
+	sh.mu.Lock()
+	_, open := sh.rounds[kh]
+	sh.mu.Unlock()
+	return open
+}
+
 // await waits until no write round of key is open, or timeout passed. It
 // costs one atomic load while no round is open anywhere.
 func (h *holders) await(key string, timeout time.Duration) {

@@ -112,10 +112,17 @@ func (c *conn) peerRequest(req *protocol.Request) bool {
 		return false
 	}
 	s, cl := c.srv, c.srv.cl
-	if req.Command == protocol.CmdMetaGet && kind == tagHeld {
-		// Most reads: nothing of the key is kept past the reply.
+	if req.Command == protocol.CmdMetaGet && kind == tagHeld && !cl.cfg.noSharedReads {
+		// Most reads: nothing of the key is kept past the reply. The
+		// connection is shared by many requests, which wait behind this
+		// one: nothing here may wait. A write round of the key under way
+		// would (held waits for it), and a fill: both are refused.
 		key := transient(req.Key)
 		c.local[statCmdGet]++
+		if cl.holders.roundOpen(key) {
+			c.w.Line("NS")
+			return true
+		}
 		it, ok := s.rt.held(key)
 		if !ok && cl.fillable(key) {
 			c.w.Line("NS")
@@ -218,16 +225,20 @@ func (cl *cluster) fillable(key string) bool {
 // readHeld reads key at node id on a connection shared with other
 // requests (wire.Client.Read).
 func (cl *cluster) readHeld(id, key string, buf []byte) (readResult, error) {
-	pc := cl.view.Load().clients[id]
+	v := cl.view.Load()
+	pc := v.clients[id]
 	if pc == nil {
 		return readResult{}, errNoPeer
 	}
+	if !v.sharedReads[id] {
+		return readResult{}, wire.ErrNotHeld // a node of before: the older way
+	}
 	sent := cl.srv.cfg.Now()
-	v, err := pc.Read(cl.cfg.PeerTimeout, key, cl.tag(tagHeld), buf)
-	if err != nil || !v.Found {
+	val, err := pc.Read(cl.cfg.PeerTimeout, key, cl.tag(tagHeld), buf)
+	if err != nil || !val.Found {
 		return readResult{}, err
 	}
-	return readResult{cl.item(key, v, sent), true}, nil
+	return readResult{cl.item(key, val, sent), true}, nil
 }
 
 // read reads keys from a peer with reads of kind (tagForward, tagFetch or

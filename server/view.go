@@ -27,6 +27,10 @@ type fenceRecord struct {
 type view struct {
 	ring    *ring.Ring
 	clients map[string]*wire.Client // by node ID, self excluded
+	// sharedReads holds the members that answer reads on shared
+	// connections (peers.Meta.SharedReads); the others are read the older
+	// way, each request on a connection of its own.
+	sharedReads map[string]bool
 	byHash  map[uint64]string       // node ID by idHash, for copy holders
 	// base is the last ring whose hand-off completed (see installLocked):
 	// its owners are the previous owners of keys this node gained, asked
@@ -237,13 +241,16 @@ func (cl *cluster) installLocked() {
 		return
 	}
 	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string),
-		departed: make(map[string]*departed), done: make(chan struct{})}
+		sharedReads: make(map[string]bool), departed: make(map[string]*departed), done: make(chan struct{})}
 	for _, n := range r.Nodes() {
 		nv.byHash[idHash(n.ID)] = n.ID
 		if n.ID == cl.id {
 			continue
 		}
 		m := metas[n.ID]
+		if m.SharedReads {
+			nv.sharedReads[n.ID] = true
+		}
 		if pc, ok := old.clients[n.ID]; ok && pc.Addr() == m.Peer {
 			nv.clients[n.ID] = pc
 			continue

@@ -62,9 +62,8 @@ type Client struct {
 	idle   []*conn // guarded by mu
 	closed bool    // guarded by mu
 
-	muxOnce sync.Once
-	mux     mux
-	calls   sync.Pool // of *call, Read's
+	mux   mux
+	calls sync.Pool // of *call, Read's
 }
 
 type conn struct {
@@ -80,7 +79,7 @@ func New(cfg Config) *Client {
 	if cfg.MuxConns <= 0 {
 		cfg.MuxConns = DefaultMuxConns
 	}
-	return &Client{cfg: cfg}
+	return &Client{cfg: cfg, mux: mux{slots: make([]muxSlot, cfg.MuxConns)}}
 }
 
 // Addr is the peer port's address.
@@ -96,7 +95,6 @@ func (c *Client) Close() {
 	}
 	c.idle = nil
 	c.mu.Unlock()
-	c.muxOnce.Do(func() {}) // no shared connection opens after this
 	c.closeMux()
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"spillway/protocol"
 )
 
 // The reads of many callers to one peer share a few connections (Read).
@@ -35,6 +37,14 @@ import (
 // once more on a new connection: the peer closes idle connections, and a
 // request may cross its close. Writes keep an exchange per pooled
 // connection (Exchange), never sent twice.
+//
+// Each call's reply must come within the timeout of the moment it was
+// queued, whatever comes after it. A value over MaxValue fails its own
+// call only: the reader skips the block and reads on (nodes may run with
+// different -I while it changes). A connection is dialled outside the
+// slot's lock, once for all the callers that need it meanwhile, and a
+// failed dial fails the slot's callers at once for a while (dialBackoff)
+// rather than have each wait out its own dial timeout.
 
 // ErrNotHeld is a Read's answer when the peer does not hold the key and
 // would have to fill it: ask again with a stream (Open), where a slow fill
@@ -52,9 +62,16 @@ type mux struct {
 }
 
 type muxSlot struct {
-	mu sync.Mutex
-	mc *muxConn // guarded by mu; replaced when it fails
+	mu      sync.Mutex
+	mc      *muxConn      // guarded by mu; replaced when it fails
+	dialing chan struct{} // guarded by mu: closed when the dial under way ends
+	dialErr error         // guarded by mu: the last dial's error, until retryAt
+	retryAt time.Time     // guarded by mu
 }
+
+// dialBackoff is how long a failed dial fails the callers of its slot
+// before one of them dials again.
+const dialBackoff = 200 * time.Millisecond
 
 // muxConn is one shared connection.
 type muxConn struct {
@@ -73,7 +90,8 @@ type muxConn struct {
 
 // call is one Read under way.
 type call struct {
-	buf  []byte // the caller's; the value is copied here
+	buf  []byte    // the caller's; the value is copied here
+	sent time.Time // when it was queued: its reply is due a timeout later
 	v    Value
 	err  error
 	lost bool // the connection failed before the reply came
@@ -91,7 +109,8 @@ func (c *Client) Read(timeout time.Duration, key, tag string, buf []byte) (Value
 		cl = &call{done: make(chan struct{}, 1)}
 	}
 	defer c.calls.Put(cl)
-	for attempt := 0; ; attempt++ {
+	retried := false
+	for {
 		mc, err := c.muxConn(timeout)
 		if err != nil {
 			return Value{}, err
@@ -101,7 +120,8 @@ func (c *Client) Read(timeout time.Duration, key, tag string, buf []byte) (Value
 			continue // it failed before taking the call: nothing sent
 		}
 		<-cl.done
-		if cl.lost && attempt == 0 && retryable(cl.err) {
+		if cl.lost && !retried && retryable(cl.err) {
+			retried = true
 			continue
 		}
 		v, err := cl.v, cl.err
@@ -120,19 +140,61 @@ func retryable(err error) bool {
 // muxConn returns one of the shared connections, dialing it if it is not
 // open or failed.
 func (c *Client) muxConn(timeout time.Duration) (*muxConn, error) {
-	c.muxOnce.Do(func() {
-		c.mux.slots = make([]muxSlot, c.cfg.MuxConns)
-	})
 	sl := &c.mux.slots[int(c.mux.next.Add(1))%len(c.mux.slots)]
 	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	if mc := sl.mc; mc != nil && !mc.failed() {
-		return mc, nil
+	for {
+		if mc := sl.mc; mc != nil && !mc.failed() {
+			sl.mu.Unlock()
+			return mc, nil
+		}
+		if sl.dialing == nil {
+			break
+		}
+		ch := sl.dialing // another caller dials: wait for its outcome
+		sl.mu.Unlock()
+		<-ch
+		sl.mu.Lock()
+		if sl.dialErr != nil {
+			err := sl.dialErr
+			sl.mu.Unlock()
+			return nil, err
+		}
 	}
-	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	if sl.dialErr != nil && time.Now().Before(sl.retryAt) {
+		err := sl.dialErr
+		sl.mu.Unlock()
+		return nil, err
+	}
+	ch := make(chan struct{})
+	sl.dialing = ch
+	sl.mu.Unlock()
+
+	mc, err := c.dialMux(timeout)
+
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	sl.dialing = nil
+	close(ch)
+	sl.dialErr = err
+	if err != nil {
+		sl.retryAt = time.Now().Add(dialBackoff)
+		return nil, err
+	}
+	if c.isClosed() {
+		// Close sets closed before it sweeps the slots: either it finds
+		// this connection in its slot, or it is closed here.
+		mc.fail(errClosed)
+		mc.read.Wait()
+		return nil, errClosed
+	}
+	sl.mc = mc
+	return mc, nil
+}
+
+// dialMux opens a shared connection and starts its reader, unless the
+// client is closed.
+func (c *Client) dialMux(timeout time.Duration) (*muxConn, error) {
+	if c.isClosed() {
 		return nil, errClosed
 	}
 	pc, err := c.dial(timeout)
@@ -142,8 +204,13 @@ func (c *Client) muxConn(timeout time.Duration) (*muxConn, error) {
 	mc := &muxConn{pc: pc, timeout: timeout}
 	mc.read.Add(1)
 	go mc.readReplies()
-	sl.mc = mc
 	return mc, nil
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 var errClosed = errors.New("wire: client closed")
@@ -179,6 +246,7 @@ func (mc *muxConn) send(cl *call, key, tag string) bool {
 	}
 	mc.out = AppendGet(mc.out, key, tag, "")
 	mc.out = append(mc.out, "\r\n"...)
+	cl.sent = time.Now()
 	mc.pending = append(mc.pending, cl)
 	if mc.writing {
 		mc.mu.Unlock()
@@ -199,7 +267,7 @@ func (mc *muxConn) send(cl *call, key, tag string) bool {
 		mc.mu.Lock()
 		mc.spare = batch
 		if err == nil && mc.head < len(mc.pending) {
-			mc.pc.nc.SetReadDeadline(time.Now().Add(mc.timeout))
+			mc.pc.nc.SetReadDeadline(mc.pending[mc.head].sent.Add(mc.timeout))
 		}
 	}
 	mc.writing = false
@@ -211,15 +279,16 @@ func (mc *muxConn) send(cl *call, key, tag string) bool {
 // connection fails or closes; then every call still waiting gets the
 // error.
 //
-// Deadlines: while calls wait, each reply must come within the timeout of
-// the last write or the last reply; with none waiting the connection may
-// idle (the peer's idle timeout ends it). Both decisions are taken under
-// mu with the queue, so the last one made matches the queue's state.
+// Deadlines: while calls wait, the oldest one's reply must come within the
+// timeout of its queueing; with none waiting the connection may idle (the
+// peer's idle timeout ends it). The deadline is set after each write and
+// each reply, under mu with the queue, so the last one set matches the
+// queue's state.
 func (mc *muxConn) readReplies() {
 	defer mc.read.Done()
 	for {
 		line, data, err := mc.pc.rr.Read(mc.pc.r)
-		if err != nil {
+		if err != nil && !errors.Is(err, protocol.ErrValueTooLarge) {
 			mc.fail(err)
 			return
 		}
@@ -236,9 +305,14 @@ func (mc *muxConn) readReplies() {
 			mc.pending, mc.head = mc.pending[:0], 0
 			mc.pc.nc.SetReadDeadline(time.Time{})
 		} else {
-			mc.pc.nc.SetReadDeadline(time.Now().Add(mc.timeout))
+			mc.pc.nc.SetReadDeadline(mc.pending[mc.head].sent.Add(mc.timeout))
 		}
 		mc.mu.Unlock()
+		if err != nil { // too large: this call's failure, not the stream's
+			cl.v, cl.err = Value{}, err
+			cl.done <- struct{}{}
+			continue
+		}
 		cl.v, cl.err = parseValue(line, data)
 		if cl.v.Found {
 			cl.buf = append(cl.buf, cl.v.Data...)

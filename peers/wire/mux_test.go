@@ -2,13 +2,17 @@ package wire
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"spillway/protocol"
 )
 
 // Many callers' reads share the client's few connections, and each gets
@@ -110,6 +114,109 @@ func TestReadTimeout(t *testing.T) {
 		synctest.Wait()
 		if v, err := c.Read(time.Second, "k", "hld.x", nil); err != nil || string(v.Data) != "k" {
 			t.Errorf("read after the timeout: %q, %v", v.Data, err)
+		}
+		c.Close()
+		p.served.Wait()
+	})
+}
+
+// A read's reply is due a timeout after it was queued, however many
+// callers write after it: a peer that takes requests and answers none
+// fails the first read after its timeout, not after the last caller's.
+func TestReadTimeoutNotExtendedByLaterWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakePeer{size: 1}
+		p.silent.Store(true)
+		c := New(Config{Addr: "peer", Dial: p.dial, MuxConns: 1})
+		start := time.Now()
+		var firstDone atomic.Int64
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, err := c.Read(time.Second, "first", "hld.x", nil)
+			firstDone.Store(int64(time.Since(start)))
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Errorf("first read: %v, want a timeout", err)
+			}
+		})
+		// Other callers keep reading every 200 ms for 5 s.
+		for range 25 {
+			time.Sleep(200 * time.Millisecond)
+			wg.Go(func() { c.Read(time.Second, "other", "hld.x", nil) })
+		}
+		wg.Wait()
+		if d := time.Duration(firstDone.Load()); d > 1100*time.Millisecond {
+			t.Errorf("a read with a 1s timeout from a silent peer failed after %v (later callers' writes moved its deadline)", d)
+		}
+		c.Close()
+		p.closeAll()
+		p.served.Wait()
+	})
+}
+
+// A Client closed before its first Read (a view change closes the client
+// of a member that left while a request still holds the old view) fails
+// the Read.
+func TestReadAfterCloseWithoutPriorRead(t *testing.T) {
+	p := &fakePeer{size: 1}
+	c := New(Config{Addr: "peer", Dial: p.dial})
+	c.Close()
+	defer func() {
+		if v := recover(); v != nil {
+			t.Errorf("Read on a client closed before any Read panicked: %v", v)
+		}
+	}()
+	if _, err := c.Read(time.Second, "k", "hld.x", nil); err == nil {
+		t.Error("read after Close succeeded")
+	}
+}
+
+// While a peer does not answer connects (a partition, a host down), the
+// callers of a slot share one dial and then fail at once for a while:
+// none waits much more than one dial timeout.
+func TestBlackholedDialsAreShared(t *testing.T) {
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		<-ctx.Done() // no SYN-ACK ever comes
+		return nil, ctx.Err()
+	}
+	c := New(Config{Addr: "peer", Dial: dial, MuxConns: 2})
+	defer c.Close()
+	const timeout = 100 * time.Millisecond
+	start := time.Now()
+	var worst atomic.Int64
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			c.Read(timeout, "k", "hld.x", nil)
+			if d := int64(time.Since(start)); d > worst.Load() {
+				worst.Store(d)
+			}
+		})
+	}
+	wg.Wait()
+	if d := time.Duration(worst.Load()); d > 2*timeout {
+		t.Errorf("10 reads with a %v timeout to a peer that drops connects: the last failed after %v", timeout, d.Round(time.Millisecond))
+	}
+}
+
+// A value over MaxValue (nodes run with different -I while it changes)
+// fails its own read, and only once: the other callers on the connection
+// get their values, and the connection stays up.
+func TestReadValueOverMaxValue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakePeer{size: 40}
+		c := New(Config{Addr: "peer", Dial: p.dial, MuxConns: 1, MaxValue: 100})
+		if _, err := c.Read(time.Second, "big", "hld.x", nil); !errors.Is(err, protocol.ErrValueTooLarge) {
+			t.Errorf("a 120-byte value with MaxValue 100: %v, want ErrValueTooLarge", err)
+		}
+		if v, err := c.Read(time.Second, "k", "hld.x", nil); err != nil || len(v.Data) != 40 {
+			t.Errorf("the next read: %d bytes, %v", len(v.Data), err)
+		}
+		if got := p.conns.Load(); got != 1 {
+			t.Errorf("connections dialled: %d, want 1", got)
+		}
+		if got := p.requests.Load(); got != 2 {
+			t.Errorf("requests: %d, want 2 (the large one not sent again)", got)
 		}
 		c.Close()
 		p.served.Wait()
