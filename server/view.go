@@ -31,7 +31,7 @@ type view struct {
 	// connections (peers.Meta.SharedReads); the others are read the older
 	// way, each request on a connection of its own.
 	sharedReads map[string]bool
-	byHash  map[uint64]string       // node ID by idHash, for copy holders
+	byHash      map[uint64]string // node ID by idHash, for copy holders
 	// base is the last ring whose hand-off completed (see installLocked):
 	// its owners are the previous owners of keys this node gained, asked
 	// for them until the owner grace ends (until). done is closed when
