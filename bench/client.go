@@ -211,7 +211,7 @@ func (c *conn) readLoop() {
 			switch {
 			case errors.As(err, &ne) && ne.Timeout():
 				failKind = kindTimeout
-			case errors.Is(err, errProtocol), errors.Is(err, protocol.ErrBadReply):
+			case errors.Is(err, errProtocol), errors.Is(err, protocol.ErrBadReply), errors.Is(err, protocol.ErrValueTooLarge):
 				failKind = kindProtocol
 			}
 			_ = c.nc.Close()

@@ -616,3 +616,40 @@ func TestSharedReadsDoNotWaitForWriteRounds(t *testing.T) {
 	round.end()
 	<-slowDone
 }
+
+// A node that leaves gracefully hands its keys over: once it is gone, the
+// nodes that took them hold them all, read or not while it drained.
+func TestHandoverOnLeave(t *testing.T) {
+	nodes := startCluster(t, 3, clusterOpts{picker: ring.PickerConfig{Epsilon: math.Inf(1)},
+		tune: func(_ string, cfg *Config) { cfg.Cluster.HotCopies = -1 }})
+	keys := keyRange("ho", 300)
+	w := dialRaw(t, nodes[0].addr)
+	leaving := 0
+	for _, k := range keys {
+		w.send("set " + k + " 3 0 2\r\nv1\r\n")
+		w.expect("STORED\r\n")
+		if ownerOn(nodes[0], k) == nodes[2].srv.ID() {
+			leaving++
+		}
+	}
+	if leaving < 50 {
+		t.Fatalf("only %d of %d keys on the node that leaves", leaving, len(keys))
+	}
+	nodes[2].stop(t, true)
+	waitConverged(t, nodes)
+	for i, nd := range nodes[:2] {
+		c := dialRaw(t, nd.addr)
+		missing := 0
+		for _, k := range keys {
+			c.send("get " + k + "\r\n")
+			if l := c.line(); l == "END" {
+				missing++
+				continue
+			}
+			c.expect("v1\r\nEND\r\n")
+		}
+		if missing > 0 {
+			t.Errorf("node%d: %d of %d keys missing after the leave (%d were the leaver's)", i, missing, len(keys), leaving)
+		}
+	}
+}

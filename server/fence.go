@@ -287,6 +287,9 @@ func (cl *cluster) control(verb string, payload []byte) []byte {
 		return cl.onFence(payload)
 	case "dead":
 		return cl.onDeclaredDead(payload)
+	case "handover":
+		// A leaving node lists keys this node takes (handover.go).
+		return cl.onHandover(payload)
 	case "copies":
 		// flush_all's second round (see conn.flushAll).
 		cl.dropCopies()

@@ -10,9 +10,11 @@ import (
 // is done; then it closes the remaining connections and the store.
 //
 // A cluster node first owns nothing and leaves; it closes its client port
-// at once, and keeps its peer port open for ClusterConfig.Drain more (or
-// until ctx ends, or peers stop asking): the nodes that took its keys warm
-// them from it meanwhile instead of loading them from the origin.
+// at once, tells the nodes that took its keys which ones it holds so that
+// they warm them from it (handover.go), and keeps its peer port open for
+// ClusterConfig.Drain more (or until ctx ends, or peers stop asking): the
+// nodes that took its keys warm them from it meanwhile instead of loading
+// them from the origin.
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.cl != nil {
 		// Own nothing from now on (writes here are refused, reads go to
@@ -22,8 +24,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.cl.peers.Leave(s.cfg.LeaveTimeout)
 	}
 	err := s.stopPort(ctx, false)
-	if s.cl != nil && err == nil {
-		s.drain(ctx)
+	if s.cl != nil && err == nil && s.cl.cfg.Drain > 0 {
+		end := time.Now().Add(s.cl.cfg.Drain)
+		hctx, cancel := context.WithDeadline(ctx, end)
+		s.cl.handover(hctx)
+		cancel()
+		s.drain(ctx, end)
 	}
 	if perr := s.stopPort(ctx, true); err == nil {
 		err = perr
@@ -70,15 +76,10 @@ func (s *Server) stopPort(ctx context.Context, peer bool) error {
 }
 
 // drain waits, after a leave, while peers may still warm this node's
-// keys from it: until ClusterConfig.Drain has passed, ctx ends, or no
-// peer has sent anything for drainIdle.
-func (s *Server) drain(ctx context.Context) {
-	d := s.cl.cfg.Drain
-	if d <= 0 {
-		return
-	}
-	end := time.Now().Add(d)
-	t := time.NewTimer(drainIdle)
+// keys from it: until end, ctx ends, or no peer has sent anything for
+// drainIdle.
+func (s *Server) drain(ctx context.Context, end time.Time) {
+	t := time.NewTimer(min(drainIdle, time.Until(end)))
 	defer t.Stop()
 	last := s.peerRequests.Load()
 	for time.Now().Before(end) {
