@@ -26,9 +26,10 @@ import (
 //   - A client deletes K at N before the handover reaches N: the delete
 //     cleared K at the leaver too, and bumped the generation: nothing
 //     comes back.
-//   - N has not installed the view without the leaver yet (gossip lags):
-//     N waits for ownership a moment (awaitOwnership), then skips the keys
-//     it does not own; a later read of them warms them as before.
+//   - N has not installed the view without the leaver yet (gossip lags),
+//     or its hand-off of the keys is under way: N waits a moment for them
+//     (awaitGained), then skips the keys it does not own; a later read of
+//     them warms them as before.
 //   - The leaver is gone before N reads: N's read fails, the keys are left
 //     to the origin, as without a handover.
 //   - flush_all during the leave: it marks the leaver failed at N
@@ -109,8 +110,7 @@ func (cl *cluster) onHandover(payload []byte) []byte {
 	if len(lines) == 0 || len(lines[0]) == 0 {
 		return []byte("0")
 	}
-	cl.awaitOwnership(string(lines[0]))
-	v := cl.view.Load()
+	v := cl.awaitGained(string(lines[0]), 4*cl.cfg.PeerTimeout)
 	now := s.cfg.Now()
 	type warm struct {
 		keys []string
@@ -160,4 +160,32 @@ func (cl *cluster) onHandover(payload []byte) []byte {
 		}
 	}
 	return strconv.AppendInt(nil, int64(kept), 10)
+}
+
+// awaitGained waits, up to timeout, until this node owns key, and returns
+// its view then (or at the timeout): a leaver's handover can come before
+// this node learned of the leave, or before its hand-off of the keys it
+// gains completed.
+func (cl *cluster) awaitGained(key string, timeout time.Duration) *view {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		v := cl.view.Load()
+		if cl.owns(v, key) {
+			return v
+		}
+		select {
+		case <-v.done:
+			if cl.view.Load() == v {
+				// Settled, and gossip has not brought the leave yet.
+				select {
+				case <-time.After(10 * time.Millisecond):
+				case <-t.C:
+					return v
+				}
+			}
+		case <-t.C:
+			return cl.view.Load()
+		}
+	}
 }
