@@ -67,7 +67,7 @@ func (s *Server) fillAvoiding(key string, bad *unreachable) readResult {
 		gen := s.gens.current(key)
 		// Another flight may have filled the key between our miss and
 		// this flight starting: look again before going further.
-		if it, ok := s.rt.held(key); ok {
+		if it, ok := s.rt.held(key, nil); ok {
 			return flight{readResult{it, true}, gen}, nil
 		}
 		return flight{s.rt.fill(key, bad, gen), gen}, nil

@@ -160,15 +160,17 @@ func (c *conn) get(req *protocol.Request, withCAS bool) {
 		c.getRouted(req, withCAS)
 		return
 	}
+	buf := s.values.Get().(*[]byte)
+	defer s.putValue(buf)
 	for _, k := range req.Keys {
 		c.local[statCmdGet]++
-		it, ok := c.srv.rt.held(transient(k))
+		it, ok := c.srv.rt.held(transient(k), *buf)
 		if !ok {
 			c.local[statGetMisses]++
 			continue
 		}
 		c.local[statGetHits]++
-		c.writeValue(k, it, withCAS)
+		c.writeValue(k, it, withCAS) // before the next key reuses buf
 	}
 	c.w.Status(protocol.End)
 }

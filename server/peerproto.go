@@ -123,7 +123,7 @@ func (c *conn) peerRequest(req *protocol.Request) bool {
 			c.w.Line("NS")
 			return true
 		}
-		it, ok := s.rt.held(key)
+		it, ok := s.rt.held(key, nil)
 		if !ok && cl.fillable(key) {
 			c.w.Line("NS")
 			return true
@@ -180,7 +180,7 @@ func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok
 	var r readResult
 	switch kind {
 	case tagForward:
-		if it, ok := s.rt.held(key); ok {
+		if it, ok := s.rt.held(key, nil); ok {
 			r = readResult{it, true}
 		} else {
 			r = s.fill(key)

@@ -33,14 +33,21 @@ type readResult struct {
 
 // held serves key from what this node holds: the owned store if it owns
 // the key in its current view, then the copies.
-func (cl *cluster) held(key string) (store.Item, bool) {
+func (cl *cluster) held(key string, buf []byte) (store.Item, bool) {
 	if cl.owns(cl.view.Load(), key) {
 		cl.holders.await(key, cl.cfg.InvalidateTimeout)
-		if it, ok := cl.srv.store.Get(key); ok {
+		var it store.Item
+		var ok bool
+		if buf == nil {
+			it, ok = cl.srv.store.Get(key)
+		} else {
+			it, ok = cl.srv.store.GetAppend(key, buf)
+		}
+		if ok {
 			return it, true
 		}
 	}
-	return cl.copies.Get(key)
+	return cl.copies.Get(key) // the copy store's memory: never written to
 }
 
 // keepHere counts a read of key that this node does not hold, and reports
@@ -159,7 +166,11 @@ func (c *conn) readKeys(keys [][]byte, emit func(i int, r readResult)) {
 func (c *conn) readKey(k []byte, emit func(i int, r readResult)) bool {
 	s := c.srv
 	key := transient(k) // kept by nothing past the request: not by fills (readKeys)
-	if it, ok := s.rt.held(key); ok {
+	buf := s.values.Get().(*[]byte)
+	defer s.putValue(buf)
+	// A held value is not taken as the next buffer even when it did not
+	// fit: a copy's is the copy store's own memory.
+	if it, ok := s.rt.held(key, *buf); ok {
 		_, owned := s.rt.owner(key)
 		s.countServed(s.rt.self(), owned, true)
 		emit(0, readResult{it, true})
@@ -183,8 +194,6 @@ func (c *conn) readKey(k []byte, emit func(i int, r readResult)) bool {
 	if release != nil {
 		defer release()
 	}
-	buf := s.values.Get().(*[]byte)
-	defer s.putValue(buf)
 	r, err := s.rt.readHeld(id, key, *buf)
 	switch {
 	case err == nil:
@@ -224,7 +233,7 @@ const keepValueBuffer = 64 << 10
 // picker chose, or to be filled here.
 func (c *conn) startRead(key string, bad *unreachable, nodes *map[string]*remoteReads) readStep {
 	s := c.srv
-	if it, ok := s.rt.held(key); ok {
+	if it, ok := s.rt.held(key, nil); ok { // kept until emitted, maybe after others
 		return readStep{key: key, it: it, held: true}
 	}
 	if s.rt.keepHere(key) {

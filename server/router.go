@@ -22,8 +22,11 @@ type router interface {
 	// the key's hand-off done: only then is its owned item of the key its
 	// to serve and change.
 	ownsNow(key string) bool
-	// held returns what this node holds of key and may serve now.
-	held(key string) (store.Item, bool)
+	// held returns what this node holds of key and may serve now. An
+	// owned value is appended to buf if buf is not nil (store.GetAppend):
+	// it then aliases buf, for a caller that writes it out before it
+	// reads another.
+	held(key string, buf []byte) (store.Item, bool)
 	// keepHere reports whether a read of key, which this node does not
 	// hold, should be filled here and the key kept as a copy (a hot key
 	// another node owns, hot.go) rather than sent to the node pick
@@ -72,7 +75,12 @@ type local struct{ s *Server }
 func (local) self() string                         { return "" }
 func (local) owner(string) (string, bool)          { return "", true }
 func (local) ownsNow(string) bool                  { return true }
-func (l local) held(key string) (store.Item, bool) { return l.s.store.Get(key) }
+func (l local) held(key string, buf []byte) (store.Item, bool) {
+	if buf == nil {
+		return l.s.store.Get(key)
+	}
+	return l.s.store.GetAppend(key, buf)
+}
 
 func (local) pick(string) (string, bool, func(), error) { return "", true, nil, nil }
 

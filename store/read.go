@@ -59,19 +59,19 @@ import (
 // the lock.
 const readTries = 2
 
-func (g *segEngine) get(key string, h uint64, fetch bool) (Item, bool) {
+func (g *segEngine) get(key string, h uint64, fetch bool, dst []byte) (Item, bool) {
 	sh := g.shard(h)
 	for range readTries {
-		if it, found, ok := sh.read(key, h, fetch); ok {
+		if it, found, ok := sh.read(key, h, fetch, dst); ok {
 			return it, found
 		}
 	}
-	return g.getLocked(sh, key, h, fetch)
+	return g.getLocked(sh, key, h, fetch, dst)
 }
 
 // read is a get without the lock; ok is false if a writer got in the way,
 // or the read needs the lock.
-func (sh *shard) read(key string, h uint64, fetch bool) (it Item, found, ok bool) {
+func (sh *shard) read(key string, h uint64, fetch bool, dst []byte) (it Item, found, ok bool) {
 	v0 := sh.ver.Load()
 	if v0&1 != 0 {
 		return Item{}, false, false
@@ -114,7 +114,7 @@ func (sh *shard) read(key string, h uint64, fetch bool) (it Item, found, ok bool
 		if v.vlen > sh.g.large {
 			return Item{}, false, false // torn: no such item in a shared segment
 		}
-		value = copyOut(seg.mem[v.val:v.end()])
+		value = copyOut(seg.mem[v.val:v.end()], dst)
 	}
 	if sh.ver.Load() != v0 {
 		return Item{}, false, false
@@ -147,13 +147,17 @@ func (sh *shard) read(key string, h uint64, fetch bool) (it Item, found, ok bool
 	return it, true, true
 }
 
-// copyOut copies a value out of a segment for a read. Small values are
+// copyOut copies a value out of a segment for a read: appended to dst if
+// dst is not nil (GetAppend), else into memory of its own. Small values are
 // carved from chunks of copyChunk bytes rather than allocated one by one:
 // the chunks come from a sync.Pool, which keeps one per P, so concurrent
 // reads do not share one. Each copy's capacity is its length, so a caller
 // cannot append into its neighbour; a chunk lives as long as any value cut
 // from it does.
-func copyOut(b []byte) []byte {
+func copyOut(b, dst []byte) []byte {
+	if dst != nil {
+		return append(dst[:0], b...)
+	}
 	n := len(b)
 	if n > copyChunk/8 {
 		return clone(b)

@@ -108,7 +108,7 @@ func (r *ristrettoEngine) close() {
 
 func (r *ristrettoEngine) flushed() {}
 
-func (r *ristrettoEngine) get(key string, h uint64, fetch bool) (Item, bool) {
+func (r *ristrettoEngine) get(key string, h uint64, fetch bool, _ []byte) (Item, bool) {
 	st := r.stripe(h)
 	e := r.find(st, key, h)
 	if e != nil {

@@ -284,7 +284,7 @@ func location(seg *segment, off int) uint64 { return uint64(seg.id)<<segBits | u
 
 // getLocked is get under the shard's lock: for reads that cannot be done
 // without it (read.go), and those that reclaim what they find expired.
-func (g *segEngine) getLocked(sh *shard, key string, h uint64, fetch bool) (Item, bool) {
+func (g *segEngine) getLocked(sh *shard, key string, h uint64, fetch bool, dst []byte) (Item, bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.closed {
@@ -296,7 +296,7 @@ func (g *segEngine) getLocked(sh *shard, key string, h uint64, fetch bool) (Item
 		if visible {
 			r := v.rec(seg.mem)
 			it := r.item(key)
-			it.Value = copyOut(r.value)
+			it.Value = copyOut(r.value, dst)
 			if fetch {
 				sh.hits.Add(1)
 				seg.mem[v.off] = accessed(v.meta)

@@ -116,8 +116,9 @@ type Store struct {
 // write's semantics (Store.apply) under the key's lock.
 type engine interface {
 	// get returns key's item if Store.visible says it is, marking it
-	// fetched if fetch is set, and reclaims it if not.
-	get(key string, h uint64, fetch bool) (Item, bool)
+	// fetched if fetch is set, and reclaims it if not. A value the engine
+	// copies out is appended to dst if dst is not nil.
+	get(key string, h uint64, fetch bool, dst []byte) (Item, bool)
 	// write runs op under key's lock: it hands the key's live record to
 	// Store.apply and stores, or removes, what apply says.
 	write(key string, h uint64, op writeOp) outcome
@@ -169,13 +170,22 @@ func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 // Get returns the key's item if it is present and neither expired nor
 // flushed, and marks it fetched. The item's Value must not be modified.
 func (s *Store) Get(key string) (Item, bool) {
-	return s.eng.get(key, s.hash(key), true)
+	return s.eng.get(key, s.hash(key), true, nil)
+}
+
+// GetAppend is Get with the value appended to dst[:0] when the store
+// copies values out (the Segments engine, whose memory is reused): a
+// caller that reuses dst reads without allocating. The value then
+// aliases dst's array (or a new one, if it did not fit). The Ristretto
+// engine's values are immutable and returned as they are.
+func (s *Store) GetAppend(key string, dst []byte) (Item, bool) {
+	return s.eng.get(key, s.hash(key), true, dst[:0])
 }
 
 // Peek is Get without its side effects on the item: it does not mark it
 // fetched (mg with u, me) and is not counted in Stats.Hits or Misses.
 func (s *Store) Peek(key string) (Item, bool) {
-	return s.eng.get(key, s.hash(key), false)
+	return s.eng.get(key, s.hash(key), false, nil)
 }
 
 // write runs op on key (see engine.write) and counts what it stored.
