@@ -72,9 +72,9 @@ type router interface {
 // to tell of a write.
 type local struct{ s *Server }
 
-func (local) self() string                         { return "" }
-func (local) owner(string) (string, bool)          { return "", true }
-func (local) ownsNow(string) bool                  { return true }
+func (local) self() string                { return "" }
+func (local) owner(string) (string, bool) { return "", true }
+func (local) ownsNow(string) bool         { return true }
 func (l local) held(key string, buf []byte) (store.Item, bool) {
 	if buf == nil {
 		return l.s.store.Get(key)
