@@ -189,6 +189,9 @@ type cluster struct {
 	copies *store.Store
 	// hot tells the keys owned elsewhere worth a copy here (keepHere).
 	hot hotKeys
+	// lastFlush is when this node last applied a flush_all (UnixNano; 0:
+	// never), for the owners that leave its view after it (installLocked).
+	lastFlush atomic.Int64
 
 	// view is the current membership: ring, peer clients, the previous
 	// ring and the hand-off state, swapped as one on every change.

@@ -235,9 +235,6 @@ func (c *conn) serve() {
 			}
 			continue
 		}
-		if c.peer {
-			s.peerRequests.Add(1)
-		}
 		if s.verbose(2) {
 			s.cfg.Logger.Debug("request", "cmd", c.req.Command.String(), "key", string(c.req.Key))
 		}

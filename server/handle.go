@@ -111,6 +111,18 @@ func (cl *cluster) flushOthers(delay int64) (failed, total int) {
 	if failed > 0 {
 		return failed, total
 	}
+	// Owners that left but may still drain: flushed too, or never warmed
+	// from again here if they cannot be told (other nodes whose views lag
+	// give up warming from them on their own: installLocked).
+	for id, d := range cl.view.Load().departed {
+		if d.failed.Load() {
+			continue
+		}
+		if r, err := cl.exchange(d.pc, line, nil); err != nil || string(r.Line) != "OK" {
+			d.failed.Store(true)
+			cl.log.Info("flush_all did not reach an owner that left; not warming from it", "node", id, "err", err)
+		}
+	}
 	cl.dropCopies()
 	return cl.broadcast("flush_all's copy drop", func(pc *wire.Client) error {
 		_, err := cl.sendControl(pc, "copies", nil)

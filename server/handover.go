@@ -32,8 +32,13 @@ import (
 //     them warms them as before.
 //   - The leaver is gone before N reads: N's read fails, the keys are left
 //     to the origin, as without a handover.
-//   - flush_all during the leave: it marks the leaver failed at N
-//     (flushCopies), so N warms nothing from it.
+//   - flush_all during the leave: the flushing node flushes the leaver
+//     too if it knows it as departed (flushOthers), and N, once it
+//     applied the flush, warms nothing from the leaver: a departed
+//     record it has is marked failed (flushCopies), and one it makes
+//     within the owner grace after the flush is made failed
+//     (installLocked), since N's view may have lagged the flushing
+//     node's, which did not flush the leaver.
 
 // handoverBatch bounds the key names of one handover message.
 const handoverBatch = 64 << 10

@@ -111,6 +111,9 @@ func (c *conn) peerRequest(req *protocol.Request) bool {
 	if !ok {
 		return false
 	}
+	if kind == tagWarm {
+		c.srv.warmReads.Add(1)
+	}
 	s, cl := c.srv, c.srv.cl
 	if req.Command == protocol.CmdMetaGet && kind == tagHeld && !cl.cfg.noSharedReads {
 		// Most reads: nothing of the key is kept past the reply. The

@@ -372,9 +372,12 @@ func (s *Server) flushLocal(delay time.Duration) {
 
 // flushCopies empties the copies, and stops warming keys from the owners
 // that left: they did not see this flush_all, and what they hold is
-// older than it.
+// older than it. It notes when, for the owners that leave this node's
+// view later (installLocked): this node's view may have been behind the
+// flushing node's, which had dropped the leaver and did not flush it.
 func (cl *cluster) flushCopies(delay time.Duration) {
 	cl.copies.Flush(delay)
+	cl.lastFlush.Store(cl.srv.cfg.Now().UnixNano())
 	for _, d := range cl.view.Load().departed {
 		d.failed.Store(true)
 	}

@@ -152,8 +152,9 @@ type Server struct {
 	// connections (refusedPeer).
 	refused, refusedLogged atomic.Int64
 	clientWG, peerWG       sync.WaitGroup
-	// peerRequests counts the requests read on the peer port, for drain.
-	peerRequests atomic.Uint64
+	// warmReads counts the requests of the nodes that warm keys from this
+	// one (the old tag), for drain: a leaving node waits while they come.
+	warmReads atomic.Uint64
 	// readers and writers are the buffers of the connections that have
 	// requests to answer (conn.awaitInput).
 	readers, writers sync.Pool

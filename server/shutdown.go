@@ -76,19 +76,20 @@ func (s *Server) stopPort(ctx context.Context, peer bool) error {
 }
 
 // drain waits, after a leave, while peers may still warm this node's
-// keys from it: until end, ctx ends, or no peer has sent anything for
-// drainIdle.
+// keys from it: until end, ctx ends, or no peer has asked to warm a key
+// for drainIdle (other requests, reads routed here by views that have
+// not caught up, do not hold the node back).
 func (s *Server) drain(ctx context.Context, end time.Time) {
 	t := time.NewTimer(min(drainIdle, time.Until(end)))
 	defer t.Stop()
-	last := s.peerRequests.Load()
+	last := s.warmReads.Load()
 	for time.Now().Before(end) {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		n := s.peerRequests.Load()
+		n := s.warmReads.Load()
 		if n == last {
 			return
 		}

@@ -276,7 +276,14 @@ func (cl *cluster) installLocked() {
 			if d := old.departed[n.ID]; d != nil {
 				nv.departed[n.ID] = d
 			} else if pc := old.clients[n.ID]; pc != nil {
-				nv.departed[n.ID] = &departed{pc: pc}
+				d := &departed{pc: pc}
+				// A flush_all here within the grace may not have reached
+				// it (the flushing node's view had dropped it): what it
+				// holds may predate the flush, so nothing is warmed from it.
+				if at := cl.lastFlush.Load(); at != 0 && now.Sub(time.Unix(0, at)) < cl.cfg.OwnerGrace {
+					d.failed.Store(true)
+				}
+				nv.departed[n.ID] = d
 			}
 		}
 	}
