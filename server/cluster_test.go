@@ -653,3 +653,42 @@ func TestHandoverOnLeave(t *testing.T) {
 		}
 	}
 }
+
+// A node that comes back empty (a restart) gets its keys handed back by
+// the nodes that held them meanwhile: every key is at it at once, read or
+// not within the owner grace.
+func TestHandBackOnRejoin(t *testing.T) {
+	o := clusterOpts{picker: ring.PickerConfig{Epsilon: math.Inf(1)},
+		tune: func(_ string, cfg *Config) { cfg.Cluster.HotCopies = -1 }}
+	nodes := startCluster(t, 3, o)
+	keys := keyRange("hb", 300)
+	w := dialRaw(t, nodes[0].addr)
+	for _, k := range keys {
+		w.send("set " + k + " 0 0 2\r\nv1\r\n")
+		w.expect("STORED\r\n")
+	}
+	leaver := nodes[2]
+	o.clientAddr, o.peerAddr = leaver.addr, leaver.peer
+	leaver.stop(t, true) // hands its keys over to node0 and node1
+	back := startNode(t, "node2", nodes[:2], o)
+	nodes[2] = back
+	waitConverged(t, nodes)
+	var owned []string
+	for _, k := range keys {
+		if ownerOn(back, k) == "node2" {
+			owned = append(owned, k)
+		}
+	}
+	if len(owned) < 50 {
+		t.Fatalf("only %d keys owned by the node that came back", len(owned))
+	}
+	waitFor(t, func() bool {
+		n := 0
+		for _, k := range owned {
+			if _, ok := back.srv.store.Peek(k); ok {
+				n++
+			}
+		}
+		return n == len(owned)
+	})
+}

@@ -44,10 +44,17 @@ import (
 const handoverBatch = 64 << 10
 
 // handover tells the nodes that now own this node's keys which keys it
-// holds, and waits until they have warmed them or ctx ends. Each node gets
-// its batches one after another (it reads each batch back from here
-// before it answers), and the nodes are told at once.
-func (cl *cluster) handover(ctx context.Context) {
+// holds (those in only, if not nil), and waits until they have warmed
+// them or ctx, which must have a deadline, ends. Each node gets its
+// batches one after another (it reads each batch back from here before it
+// answers), and the nodes are told at once.
+//
+// A leaving node hands over all it holds (Shutdown). A node that sees
+// another join, or come back after a restart, empty, hands that one the
+// keys it now owns (installLocked): without it, a rolling restart would
+// lose every key its node owned and nobody read within the owner grace
+// after it came back.
+func (cl *cluster) handover(ctx context.Context, only map[string]bool) {
 	s := cl.srv
 	v := cl.view.Load()
 	batches := make(map[string][][]byte)
@@ -58,7 +65,7 @@ func (cl *cluster) handover(ctx context.Context) {
 			return false
 		}
 		owner := v.ring.Owner(key)
-		if owner == "" || owner == cl.id || v.clients[owner] == nil {
+		if owner == "" || owner == cl.id || v.clients[owner] == nil || (only != nil && !only[owner]) {
 			return true
 		}
 		if _, ok := s.store.Peek(key); !ok {
@@ -82,12 +89,10 @@ func (cl *cluster) handover(ctx context.Context) {
 	for owner, bs := range batches {
 		pc := v.clients[owner]
 		wg.Go(func() {
+			dl, _ := ctx.Deadline()
 			for _, b := range bs {
-				timeout := cl.cfg.Drain
-				if dl, ok := ctx.Deadline(); ok {
-					timeout = min(timeout, time.Until(dl))
-				}
-				if timeout <= 0 {
+				timeout := time.Until(dl)
+				if timeout <= 0 || ctx.Err() != nil {
 					return
 				}
 				out, err := pc.Control(timeout, cl.tag(tagControl), "handover", b)
@@ -104,6 +109,39 @@ func (cl *cluster) handover(ctx context.Context) {
 	}
 	wg.Wait()
 	s.cfg.Logger.Info("handed keys over to their new owners", "keys", keys, "warmed", warmed, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// handBack hands the keys this node holds over to the members of v that
+// joined since old, or came back restarted (empty), in the background,
+// for at most the owner grace (they warm keys from here only that long).
+func (cl *cluster) handBack(old, v *view, restarted map[string]bool) {
+	if cl.leaving || old.ring.Len() == 0 {
+		return
+	}
+	var joined map[string]bool
+	for _, n := range v.ring.Nodes() {
+		if n.ID != cl.id && (!old.ring.Has(n.ID) || restarted[n.ID]) {
+			if joined == nil {
+				joined = make(map[string]bool)
+			}
+			joined[n.ID] = true
+		}
+	}
+	if joined == nil {
+		return
+	}
+	cl.tasks.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cl.cfg.OwnerGrace)
+		defer cancel()
+		go func() {
+			select {
+			case <-cl.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		cl.handover(ctx, joined)
+	})
 }
 
 // onHandover warms the keys a leaving node listed (newline-separated in

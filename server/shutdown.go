@@ -27,7 +27,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.cl != nil && err == nil && s.cl.cfg.Drain > 0 {
 		end := time.Now().Add(s.cl.cfg.Drain)
 		hctx, cancel := context.WithDeadline(ctx, end)
-		s.cl.handover(hctx)
+		s.cl.handover(hctx, nil)
 		cancel()
 		s.drain(ctx, end)
 	}

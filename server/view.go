@@ -231,9 +231,14 @@ func (cl *cluster) installLocked() {
 	r := ring.New(nodes, ring.Config{VNodes: cl.cfg.Peers.VNodes})
 	old := cl.view.Load()
 	restarted := false
+	var back map[string]bool // members restarted since: they came back empty
 	for id, m := range metas {
 		if b, ok := cl.boots[id]; ok && b != m.Boot {
 			restarted = true
+			if back == nil {
+				back = make(map[string]bool)
+			}
+			back[id] = true
 		}
 		cl.boots[id] = m.Boot
 	}
@@ -294,6 +299,7 @@ func (cl *cluster) installLocked() {
 	cl.view.Store(nv)
 	cl.keys.unlockAll()
 	cl.dropCopies()
+	cl.handBack(old, nv, back)
 
 	for id, pc := range old.clients {
 		if d := nv.departed[id]; nv.clients[id] != pc && (d == nil || d.pc != pc) {
