@@ -67,9 +67,8 @@ type Config struct {
 	// records, such as a Kubernetes headless service's); a seed without
 	// a port means BindPort (see resolveSeeds). Names are resolved again
 	// at every attempt, and, once the node has joined, every JoinRetryMax
-	// the seeds that are no live member are joined: the nodes DNS listed
-	// late, a cluster that formed apart, or the other side of a healed
-	// partition.
+	// (seeds it did not know yet are joined: the nodes DNS listed late,
+	// or a cluster that formed apart).
 	//
 	// Join tries the seeds once; if none answers (this node's own
 	// address does not count, so every node of a cluster may share one

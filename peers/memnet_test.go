@@ -34,32 +34,6 @@ type memNet struct {
 	port   int
 	byAddr map[string]*memTransport
 	byName map[string]*memTransport
-	// side, while set, partitions the network: transports on different
-	// sides lose each other's packets and refuse each other's dials.
-	side map[*memTransport]int
-}
-
-// split partitions the network into the given groups of transports (and
-// heals it when called with none).
-func (n *memNet) split(groups ...[]*memTransport) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.side = nil
-	for i, g := range groups {
-		for _, t := range g {
-			if n.side == nil {
-				n.side = make(map[*memTransport]int)
-			}
-			n.side[t] = i + 1
-		}
-	}
-}
-
-// cut reports whether a partition lies between a and b.
-func (n *memNet) cut(a, b *memTransport) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.side != nil && n.side[a] != n.side[b]
 }
 
 // NewTransport returns a transport for the node called name; name must be
@@ -135,9 +109,6 @@ func (t *memTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time
 		return time.Time{}, err
 	}
 	now := time.Now()
-	if t.net.cut(t, dest) {
-		return now, nil // lost in the partition
-	}
 	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: t.addr, Timestamp: now}
 	select {
 	case <-dest.done: // lost, like a datagram to a dead host
@@ -157,9 +128,6 @@ func (t *memTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 	dest, err := t.net.peer(a)
 	if err != nil {
 		return nil, err
-	}
-	if t.net.cut(t, dest) {
-		return nil, errRefused
 	}
 	local, remote := net.Pipe()
 	timer := time.NewTimer(timeout)

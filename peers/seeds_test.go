@@ -96,6 +96,14 @@ func TestResolveSeeds(t *testing.T) {
 			}
 		})
 	}
+	if hasNames([]string{"10.0.0.1:1", "[fd00::1]:2", "fd00::2"}, 7946) {
+		t.Error("hasNames: addresses taken for names")
+	}
+	for _, s := range []string{"multi", "multi:1", "dns+srv:_g._tcp.x"} {
+		if !hasNames([]string{"10.0.0.1:1", s}, 7946) {
+			t.Errorf("hasNames misses %q", s)
+		}
+	}
 }
 
 // joinTest starts a node with cfg and the tests' timings and logger, and
@@ -167,36 +175,6 @@ func TestRediscoveryMergesHalves(t *testing.T) {
 		d.setSRV(name, all...)
 	}
 	eventually(t, "one cluster", ringsAre(nodes, "n0/1 n1/1 n2/1 n3/1"))
-}
-
-// TestRediscoveryHealsPartition: nodes whose seeds are addresses, split by
-// a partition long enough for each side to declare the other dead, become
-// one cluster again once the network heals, as they join again the seeds
-// that are no live member (memberlist stops gossiping to dead members
-// after a while: a fault run's two sides were still apart 2 minutes after
-// the heal).
-func TestRediscoveryHealsPartition(t *testing.T) {
-	mn := &memNet{}
-	var ts []*memTransport
-	var seeds []string
-	for i := range 4 {
-		tr := mn.NewTransport(fmt.Sprintf("n%d", i))
-		ts = append(ts, tr)
-		seeds = append(seeds, string(tr.addr))
-	}
-	var nodes []*testNode
-	for i, tr := range ts {
-		nodes = append(nodes, joinTest(t, Config{
-			Name: fmt.Sprintf("n%d", i), Join: seeds, JoinRetryMax: 200 * time.Millisecond,
-			Transport: tr, Meta: Meta{Peer: fmt.Sprintf("p-n%d:1", i), Weight: 1},
-		}))
-	}
-	eventually(t, "one cluster", ringsAre(nodes, "n0/1 n1/1 n2/1 n3/1"))
-	mn.split(ts[:2], ts[2:])
-	eventually(t, "first side alone", ringsAre(nodes[:2], "n0/1 n1/1"))
-	eventually(t, "second side alone", ringsAre(nodes[2:], "n2/1 n3/1"))
-	mn.split()
-	eventually(t, "one cluster again", ringsAre(nodes, "n0/1 n1/1 n2/1 n3/1"))
 }
 
 // hostsOnly resolves from /etc/hosts alone: a DNS server is never asked.
