@@ -8,9 +8,11 @@ import (
 	"time"
 )
 
-// Handing keys over on a graceful leave: the leaving node tells each node
-// that takes some of its keys which ones it holds (a "handover" control
-// message of key names), and that node warms them from the leaver at once,
+// Handing keys over, on a graceful leave and back on a join: the leaving
+// node tells each node that takes some of its keys which ones it holds (a
+// "handover" control message of key names) — as every node tells a node
+// that joins, or returns empty after a restart, the keys it now owns
+// (handBack) — and that node warms them from the sender at once,
 // with the warm reads a miss there would make during the owner grace
 // (fillOwned) — the same reads, fenced the same way (keepOwned): each key's
 // generation is taken before its read, and a write, delete, touch or flush
