@@ -301,7 +301,7 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cl.selfH = idHash(cl.id)
 	cl.hot.threshold = uint32(max(cfg.HotCopies, 0))
 	tags := make(map[string]string)
-	for _, kind := range []string{tagForward, tagHeld, tagFetch, tagWarm, tagInval, tagControl} {
+	for _, kind := range tagKinds {
 		tags[kind] = cl.tag(kind)
 	}
 	cl.tags = tags

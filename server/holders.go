@@ -92,10 +92,13 @@ func newHolders(ttl time.Duration, maxBytes int64) *holders {
 }
 
 func (h *holders) shard(key string) *holderShard {
-	return &h.shards[h.hash(key)%holderShards]
+	return h.shardOf(h.hash(key))
 }
 
 func (h *holders) hash(key string) uint64 { return maphash.String(h.seed, key) }
+
+// shardOf is the shard of a key whose hash is kh.
+func (h *holders) shardOf(kh uint64) *holderShard { return &h.shards[kh%holderShards] }
 
 // add registers node as a holder of a copy of key from now on, before
 // the node's read of key; done follows the read. forgot is how many
@@ -256,7 +259,7 @@ func (sh *holderShard) expireLocked(now time.Time, ttl time.Duration, free int) 
 // must not be called before prev is closed (or given up on).
 func (h *holders) begin(key string) (prev <-chan struct{}, r writeRound) {
 	kh := h.hash(key)
-	sh := &h.shards[kh%holderShards]
+	sh := h.shardOf(kh)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if ch, ok := sh.rounds[kh]; ok {
@@ -282,7 +285,7 @@ func (r writeRound) open() bool { return r.ch != nil }
 // end closes the round: reads of its key wait no more, unless a later
 // write of the key opened a round of its own.
 func (r writeRound) end() {
-	sh := &r.h.shards[r.kh%holderShards]
+	sh := r.h.shardOf(r.kh)
 	sh.mu.Lock()
 	if sh.rounds[r.kh] == r.ch {
 		delete(sh.rounds, r.kh)
@@ -292,31 +295,27 @@ func (r writeRound) end() {
 	close(r.ch)
 }
 
-// roundOpen reports whether a write round of key is open, without waiting
-// for it.
-func (h *holders) roundOpen(key string) bool {
+// round returns key's open write round, or nil. It costs one atomic
+// load while no round is open anywhere.
+func (h *holders) round(key string) <-chan struct{} {
 	if h.open.Load() == 0 {
-		return false
+		return nil
 	}
 	kh := h.hash(key)
-	sh := &h.shards[kh%holderShards]
+	sh := h.shardOf(kh)
 	sh.mu.Lock()
-	_, open := sh.rounds[kh]
-	sh.mu.Unlock()
-	return open
+	defer sh.mu.Unlock()
+	return sh.rounds[kh]
 }
+
+// roundOpen reports whether a write round of key is open, without waiting
+// for it.
+func (h *holders) roundOpen(key string) bool { return h.round(key) != nil }
 
 // await waits until no write round of key is open, or timeout passed. It
 // costs one atomic load while no round is open anywhere.
 func (h *holders) await(key string, timeout time.Duration) {
-	if h.open.Load() == 0 {
-		return
-	}
-	kh := h.hash(key)
-	sh := &h.shards[kh%holderShards]
-	sh.mu.Lock()
-	ch := sh.rounds[kh]
-	sh.mu.Unlock()
+	ch := h.round(key)
 	if ch == nil {
 		return
 	}

@@ -51,6 +51,9 @@ const (
 	tagControl = "ctl."
 )
 
+// tagKinds are every kind of tag.
+var tagKinds = [...]string{tagForward, tagHeld, tagFetch, tagWarm, tagInval, tagControl}
+
 // notOwnerReply is the refusal of a write at a node that does not own the
 // key; the owner it believes in follows.
 const notOwnerReply = "SERVER_ERROR not owner"
@@ -70,7 +73,7 @@ func parseTag(opaque []byte) (kind string, node uint64, ok bool) {
 	}
 	// Kinds are returned as the constants, and the node parsed in place:
 	// every peer request comes here, and nothing of it is allocated.
-	for _, k := range [...]string{tagForward, tagHeld, tagFetch, tagWarm, tagInval, tagControl} {
+	for _, k := range tagKinds {
 		if string(opaque[:4]) == k {
 			kind = k
 		}

@@ -36,14 +36,7 @@ type readResult struct {
 func (cl *cluster) held(key string, buf []byte) (store.Item, bool) {
 	if cl.owns(cl.view.Load(), key) {
 		cl.holders.await(key, cl.cfg.InvalidateTimeout)
-		var it store.Item
-		var ok bool
-		if buf == nil {
-			it, ok = cl.srv.store.Get(key)
-		} else {
-			it, ok = cl.srv.store.GetAppend(key, buf)
-		}
-		if ok {
+		if it, ok := cl.srv.store.GetAppend(key, buf); ok {
 			return it, true
 		}
 	}

@@ -72,15 +72,10 @@ type router interface {
 // to tell of a write.
 type local struct{ s *Server }
 
-func (local) self() string                { return "" }
-func (local) owner(string) (string, bool) { return "", true }
-func (local) ownsNow(string) bool         { return true }
-func (l local) held(key string, buf []byte) (store.Item, bool) {
-	if buf == nil {
-		return l.s.store.Get(key)
-	}
-	return l.s.store.GetAppend(key, buf)
-}
+func (local) self() string                                     { return "" }
+func (local) owner(string) (string, bool)                      { return "", true }
+func (local) ownsNow(string) bool                              { return true }
+func (l local) held(key string, buf []byte) (store.Item, bool) { return l.s.store.GetAppend(key, buf) }
 
 func (local) pick(string) (string, bool, func(), error) { return "", true, nil, nil }
 
