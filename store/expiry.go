@@ -43,11 +43,13 @@ type flusher struct {
 
 // flush schedules a flush at now+delay; seq reads the store sequence
 // (Store.Seq), called only for a flush that takes effect now. A new flush
-// replaces a pending delayed one, as in memcached.
+// replaces a pending delayed one, as in memcached; one that is already due
+// takes effect first, since the time it named has passed.
 func (f *flusher) flush(now int64, delay time.Duration, seq func() uint64) {
+	f.advance(now, seq)
 	if delay <= 0 {
-		f.deadline.Store(0)
 		f.raise(seq())
+		f.deadline.Store(0)
 		return
 	}
 	f.deadline.Store(now + int64(delay))
@@ -56,15 +58,20 @@ func (f *flusher) flush(now int64, delay time.Duration, seq func() uint64) {
 // advance applies a delayed flush whose deadline has passed. seq must be read
 // before the call, so that writes that come after this observation (and so
 // take later sequence numbers) survive.
+//
+// The watermark is raised before the deadline is cleared: a read that
+// finds no flush pending must find its watermark in place. (Cleared first,
+// a read running while another goroutine, the sweeper say, applied the
+// flush saw neither and served a flushed item.) Two operations that both
+// see the deadline due both raise; the watermark keeps the larger mark,
+// and either mark orders every write made before the deadline was seen.
 func (f *flusher) advance(now int64, seq func() uint64) {
 	d := f.deadline.Load()
 	if d == 0 || now < d {
 		return
 	}
-	mark := seq()
-	if f.deadline.CompareAndSwap(d, 0) {
-		f.raise(mark)
-	}
+	f.raise(seq())
+	f.deadline.CompareAndSwap(d, 0)
 }
 
 func (f *flusher) raise(mark uint64) {
