@@ -67,8 +67,9 @@ type conn struct {
 	// holders.begin): the round before it, and the round's end.
 	prevRound <-chan struct{}
 	endRound  writeRound
-	// line is where a forwarded write's request line is built (sendWrite).
-	line []byte
+	// line is where a forwarded write's request line is built, and reply
+	// where its answer is read to (sendWrite).
+	line, replyBuf []byte
 }
 
 func newConn(s *Server, nc net.Conn) *conn {

@@ -25,13 +25,27 @@ func (c *conn) sendWrite(owner string, req *protocol.Request) (reply, value []by
 		if req.Command == protocol.CmdMetaSet {
 			data = req.Data
 		}
-		return c.srv.forwardQuiet(owner, key, line, data, req.Meta.Flags.Has('q'))
+		return c.srv.forwardQuiet(owner, key, line, data, req.Meta.Flags.Has('q'), c.replyBuffer())
 	}
 	var data []byte
 	if req.DataLen() >= 0 {
 		data = req.Data
 	}
-	return c.srv.forward(owner, key, line, data)
+	return c.srv.forwardQuiet(owner, key, line, data, false, c.replyBuffer())
+}
+
+// maxReplyBuffer bounds the reply buffer a connection keeps between
+// forwarded writes; a write's reply is a line, and a larger one (a value,
+// from ma with v) is read into a buffer used once.
+const maxReplyBuffer = 1 << 10
+
+// replyBuffer returns where a forwarded write's reply is read to: the
+// connection's buffer, reused, unless the last reply outgrew it.
+func (c *conn) replyBuffer() *[]byte {
+	if cap(c.replyBuf) > maxReplyBuffer {
+		c.replyBuf = nil
+	}
+	return &c.replyBuf
 }
 
 // relayWrite writes the owner's answer to a forwarded write (see

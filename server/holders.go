@@ -56,8 +56,10 @@ type holderShard struct {
 	// that share one share their rounds, which only has a read wait for
 	// the other key's write, and no key is kept (a write's key is the
 	// client's buffer, see transient).
-	rounds map[uint64]chan struct{}
-	_      [64]byte // keep shards' locks on cache lines of their own
+	rounds map[uint64]*round
+	// spare keeps ended rounds for reuse, so that a write allocates none.
+	spare []*round
+	_     [64]byte // keep shards' locks on cache lines of their own
 }
 
 type holderEntry struct {
@@ -86,7 +88,7 @@ func newHolders(ttl time.Duration, maxBytes int64) *holders {
 	h := &holders{seed: maphash.MakeSeed(), ttl: ttl, maxBytes: max(int(maxBytes/holderShards), 4096)}
 	for i := range h.shards {
 		h.shards[i].keys = make(map[string]*holderEntry)
-		h.shards[i].rounds = make(map[uint64]chan struct{})
+		h.shards[i].rounds = make(map[uint64]*round)
 	}
 	return h
 }
@@ -262,61 +264,106 @@ func (h *holders) begin(key string) (prev <-chan struct{}, r writeRound) {
 	sh := h.shardOf(kh)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if ch, ok := sh.rounds[kh]; ok {
-		prev = ch
+	if old, ok := sh.rounds[kh]; ok {
+		prev = old.wait()
 	} else {
 		h.open.Add(1)
 	}
-	ch := make(chan struct{})
-	sh.rounds[kh] = ch
-	return prev, writeRound{h: h, kh: kh, ch: ch}
+	var rd *round
+	if n := len(sh.spare); n > 0 {
+		rd = sh.spare[n-1]
+		sh.spare = sh.spare[:n-1]
+	} else {
+		rd = new(round)
+	}
+	sh.rounds[kh] = rd
+	return prev, writeRound{h: h, kh: kh, r: rd}
 }
+
+// round is an open write round. Its channel is made only when something
+// waits for it (a read of the key, or the key's next write), which is
+// rare: most rounds open and end unwatched and are then reused, so a write
+// allocates nothing. The shard's mutex guards it.
+//
+// A round is reused only after end, when it is out of the map: whoever
+// waits holds its channel, never the round, so a reused round cannot wake
+// or hold up the waiters of the round it was before.
+type round struct {
+	done chan struct{} // closed by end; nil until waited on
+}
+
+// wait returns the channel end closes, making it if need be. The shard's
+// mutex must be held.
+func (rd *round) wait() <-chan struct{} {
+	if rd.done == nil {
+		rd.done = make(chan struct{})
+	}
+	return rd.done
+}
+
+// spareRounds is how many ended rounds a shard keeps for reuse: more than
+// the writes a shard has under way at once on a busy node.
+const spareRounds = 64
 
 // writeRound is a write round begin opened; the zero value is none.
 type writeRound struct {
 	h  *holders
 	kh uint64
-	ch chan struct{}
+	r  *round
 }
 
 // open reports whether r is a round, not yet ended.
-func (r writeRound) open() bool { return r.ch != nil }
+func (r writeRound) open() bool { return r.r != nil }
 
 // end closes the round: reads of its key wait no more, unless a later
 // write of the key opened a round of its own.
 func (r writeRound) end() {
 	sh := r.h.shardOf(r.kh)
 	sh.mu.Lock()
-	if sh.rounds[r.kh] == r.ch {
+	defer sh.mu.Unlock()
+	if sh.rounds[r.kh] == r.r {
 		delete(sh.rounds, r.kh)
 		r.h.open.Add(-1)
 	}
-	sh.mu.Unlock()
-	close(r.ch)
+	if r.r.done != nil {
+		close(r.r.done)
+		r.r.done = nil
+	}
+	if len(sh.spare) < spareRounds {
+		sh.spare = append(sh.spare, r.r)
+	}
 }
 
-// round returns key's open write round, or nil. It costs one atomic
-// load while no round is open anywhere.
-func (h *holders) round(key string) <-chan struct{} {
+// round reports whether a write round of key is open and, if watch is
+// set, returns a channel closed when it ends. It costs one atomic load
+// while no round is open anywhere.
+func (h *holders) round(key string, watch bool) (open bool, done <-chan struct{}) {
 	if h.open.Load() == 0 {
-		return nil
+		return false, nil
 	}
 	kh := h.hash(key)
 	sh := h.shardOf(kh)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.rounds[kh]
+	rd, ok := sh.rounds[kh]
+	if ok && watch {
+		done = rd.wait()
+	}
+	return ok, done
 }
 
 // roundOpen reports whether a write round of key is open, without waiting
 // for it.
-func (h *holders) roundOpen(key string) bool { return h.round(key) != nil }
+func (h *holders) roundOpen(key string) bool {
+	open, _ := h.round(key, false)
+	return open
+}
 
 // await waits until no write round of key is open, or timeout passed. It
 // costs one atomic load while no round is open anywhere.
 func (h *holders) await(key string, timeout time.Duration) {
-	ch := h.round(key)
-	if ch == nil {
+	open, ch := h.round(key, true)
+	if !open {
 		return
 	}
 	t := time.NewTimer(timeout)

@@ -159,3 +159,74 @@ func TestHoldersFIFOBounded(t *testing.T) {
 			records, records*(holderEntryCost+len(miss)+8)/1024, bytes, h.maxBytes)
 	}
 }
+
+// TestWriteRoundsReused: rounds are reused once ended, and reuse must not
+// reach the waiters of the round a reused one was before: each waiter
+// holds the channel of the round it waited for.
+func TestWriteRoundsReused(t *testing.T) {
+	h := newHolders(time.Minute, 1<<20)
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+
+	// Unwatched rounds open and end without a channel, and come back.
+	_, r := h.begin("a")
+	first := r.r
+	if !h.roundOpen("a") {
+		t.Fatal("round of a not open after begin")
+	}
+	r.end()
+	if h.roundOpen("a") {
+		t.Fatal("round of a still open after end")
+	}
+	if first.done != nil {
+		t.Fatal("an unwatched round made a channel")
+	}
+
+	// A reader waits on a's round; a's next write waits on it too (prev).
+	_, r1 := h.begin("a")
+	if r1.r != first {
+		t.Fatal("an ended round was not reused")
+	}
+	open, reader := h.round("a", true)
+	if !open || reader == nil {
+		t.Fatal("no channel for a reader of an open round")
+	}
+	prev, r2 := h.begin("a")
+	if prev != reader {
+		t.Fatal("the next write of a does not wait on the round before it")
+	}
+	r1.end()
+	if !closed(reader) {
+		t.Fatal("ending a round did not wake its reader")
+	}
+	if !h.roundOpen("a") {
+		t.Fatal("a's later round closed with the earlier one")
+	}
+
+	// r1's round is reused by the write of b, a key of a's shard (rounds
+	// are kept per shard): the reader's channel stays closed and b's round
+	// gets a channel of its own.
+	b := "b"
+	for i := 0; h.shard(b) != h.shard("a"); i++ {
+		b = fmt.Sprint("b", i)
+	}
+	_, rb := h.begin(b)
+	if rb.r != r1.r {
+		t.Fatal("the ended round was not reused")
+	}
+	if _, ch := h.round(b, true); ch == reader || closed(ch) {
+		t.Fatal("a reused round handed out its old channel")
+	}
+	rb.end()
+	r2.end()
+	if h.open.Load() != 0 {
+		t.Fatalf("%d rounds open after every round ended", h.open.Load())
+	}
+	h.await("a", time.Hour) // returns at once: no round open
+}

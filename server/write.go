@@ -204,12 +204,14 @@ func (cl *cluster) written(c *conn, key []byte) {
 // forward sends a write to the key's owner and returns its reply line. The
 // entry node's own copy of the key is dropped: it is about to be stale.
 func (s *Server) forward(owner, key string, line, data []byte) (reply, value []byte, err error) {
-	return s.forwardQuiet(owner, key, line, data, false)
+	return s.forwardQuiet(owner, key, line, data, false, nil)
 }
 
 // forwardQuiet is forward for a request that may have no reply (meta q):
-// it is followed by mn, and a nil reply means the owner sent none.
-func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool) (reply, value []byte, err error) {
+// it is followed by mn, and a nil reply means the owner sent none. A
+// reply that is not quiet is read into *buf if buf is not nil (see
+// wire.Client.ExchangeAppend), else into memory of its own.
+func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool, buf *[]byte) (reply, value []byte, err error) {
 	s.dropCopy(key)
 	pc := s.cl.view.Load().clients[owner]
 	if pc == nil {
@@ -217,9 +219,12 @@ func (s *Server) forwardQuiet(owner, key string, line, data []byte, quiet bool) 
 	}
 	s.counters[ctrForwardedWrites].Add(1)
 	var r wire.Reply
-	if quiet {
+	switch {
+	case quiet:
 		r, err = pc.ExchangeQuiet(s.cl.cfg.PeerTimeout, line, data)
-	} else {
+	case buf != nil:
+		r, *buf, err = pc.ExchangeAppend(s.cl.cfg.PeerTimeout, line, data, *buf)
+	default:
 		r, err = s.cl.exchange(pc, line, data)
 	}
 	reply, value = r.Line, r.Value

@@ -302,6 +302,15 @@ type Reply struct {
 // Exchange sends one request (line, and a data block when data is not
 // nil) within timeout and returns the peer's reply.
 func (c *Client) Exchange(timeout time.Duration, line, data []byte) (Reply, error) {
+	r, _, err := c.ExchangeAppend(timeout, line, data, nil)
+	return r, err
+}
+
+// ExchangeAppend is Exchange with the reply appended to buf[:0] rather
+// than copied to memory of its own: a caller that keeps the returned
+// buffer for its next exchange allocates nothing. The reply's Line and
+// Value point into it.
+func (c *Client) ExchangeAppend(timeout time.Duration, line, data, buf []byte) (Reply, []byte, error) {
 	var r Reply
 	err := c.do(timeout, func(pc *conn) error {
 		writeRequest(pc.w, line, data)
@@ -309,10 +318,10 @@ func (c *Client) Exchange(timeout time.Duration, line, data []byte) (Reply, erro
 			return err
 		}
 		var err error
-		r.Line, r.Value, err = pc.read()
+		r.Line, r.Value, buf, err = pc.readAppend(buf)
 		return err
 	})
-	return r, err
+	return r, buf, err
 }
 
 // ExchangeQuiet is Exchange for a meta command with q, which may answer
@@ -409,14 +418,26 @@ func writeRequest(w *bufio.Writer, line, data []byte) {
 // read reads one reply line, and the value of a VA reply, as copies of
 // their own: the caller keeps them after the connection is reused.
 func (pc *conn) read() (line, value []byte, err error) {
-	line, value, err = pc.rr.Read(pc.r)
+	line, value, _, err = pc.readAppend(nil)
+	return line, value, err
+}
+
+// readAppend is read, copying the reply to buf[:0] (one allocation if buf
+// is nil or too small) and returning that buffer.
+func (pc *conn) readAppend(buf []byte) (line, value, _ []byte, err error) {
+	l, v, err := pc.rr.Read(pc.r)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, buf, err
 	}
-	if value != nil {
-		value = bytes.Clone(value)
+	if buf == nil || cap(buf) < len(l)+len(v) {
+		buf = make([]byte, 0, len(l)+len(v))
 	}
-	return bytes.Clone(line), value, nil
+	buf = append(append(buf[:0], l...), v...)
+	line = buf[:len(l):len(l)]
+	if v != nil {
+		value = buf[len(l):len(l)+len(v):len(l)+len(v)]
+	}
+	return line, value, buf, nil
 }
 
 // ErrReply is a reply line that is neither a value nor a miss.

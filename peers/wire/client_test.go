@@ -117,6 +117,35 @@ func TestFetchLargeBatch(t *testing.T) {
 	})
 }
 
+// ExchangeAppend reads a reply into the caller's buffer, reusing it when
+// it is large enough, with Line and Value capped so that appending to one
+// cannot overwrite the other.
+func TestExchangeAppend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakePeer{size: 3}
+		c := New(Config{Addr: "peer", Dial: p.dial})
+		defer c.Close()
+		r, buf, err := c.ExchangeAppend(time.Second, AppendGet(nil, "ab", "fwd.x", ""), nil, nil)
+		if err != nil || string(r.Line) != "VA 6 f0 c1 t-1" || string(r.Value) != "ababab" {
+			t.Fatalf("mg: %q %q, %v", r.Line, r.Value, err)
+		}
+		if cap(r.Line) != len(r.Line) || cap(r.Value) != len(r.Value) {
+			t.Errorf("Line and Value not capped: cap %d and %d", cap(r.Line), cap(r.Value))
+		}
+		big := make([]byte, 0, 64)
+		r, buf, err = c.ExchangeAppend(time.Second, []byte("set k 0 0 1"), []byte("a"), big)
+		if err != nil || string(r.Line) != "HD" || r.Value != nil {
+			t.Fatalf("set: %q %q, %v", r.Line, r.Value, err)
+		}
+		if &buf[:1][0] != &big[:1][0] {
+			t.Error("a buffer large enough was not reused")
+		}
+		c.Close()
+		p.closeAll()
+		p.served.Wait()
+	})
+}
+
 // A pooled connection the peer closed is not used: the request goes on a
 // new connection, once (a forwarded write is never sent twice).
 func TestExchangeSkipsClosedPooledConn(t *testing.T) {
