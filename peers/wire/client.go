@@ -435,7 +435,7 @@ func (pc *conn) readAppend(buf []byte) (line, value, _ []byte, err error) {
 	buf = append(append(buf[:0], l...), v...)
 	line = buf[:len(l):len(l)]
 	if v != nil {
-		value = buf[len(l):len(l)+len(v):len(l)+len(v)]
+		value = buf[len(l) : len(l)+len(v) : len(l)+len(v)]
 	}
 	return line, value, buf, nil
 }
