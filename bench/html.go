@@ -2,32 +2,20 @@ package bench
 
 import (
 	"bytes"
-	"encoding/base64"
 	"fmt"
-	"html"
 	"html/template"
-	"image/color"
 	"io"
 	"math"
 	"strconv"
-	"strings"
-	"sync"
-
-	"golang.org/x/image/font/sfnt"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // The HTML report is one self-contained file: a summary table, three charts
-// drawn with gonum.org/v1/plot as inline SVG, and the text report. It has no
-// scripts and references nothing outside itself. gonum/plot lays text out
-// with the metrics of its built-in Liberation fonts, so the one face the
-// charts use, Liberation Sans, is embedded once in the page's stylesheet as
-// a data: URL (about 550 kB) rather than in each SVG.
+// as inline SVG, and the text report. It has no scripts and references
+// nothing outside itself. The charts are written by the small chart writer
+// in svgchart.go, not a plotting library: the report is linked into the
+// server binary (spillway bench), and a plotting library with the fonts it
+// measures text with would add megabytes to every node's memory at start.
+// Text is set in the viewer's sans-serif face, so no font is embedded.
 
 // HTMLOptions tunes WriteHTMLOptions. The zero value is usable.
 type HTMLOptions struct {
@@ -61,11 +49,6 @@ func (r *Report) WriteHTMLOptions(w io.Writer, o HTMLOptions) error {
 			return err
 		}
 		page.Charts = append(page.Charts, c)
-		if c.SVG != "" && page.FontFace == "" {
-			if page.FontFace, err = chartFontCSS(); err != nil {
-				return err
-			}
-		}
 	}
 	return pageTmpl.Execute(w, page)
 }
@@ -76,7 +59,6 @@ type htmlPage struct {
 	Summary  []summaryRow
 	Charts   []htmlChart
 	Text     string
-	FontFace template.CSS // the charts' font, if there are charts
 }
 
 type summaryRow struct{ Name, Value, Note string }
@@ -95,8 +77,7 @@ var pageTmpl = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{.Title}}</title>
 <style>
-{{.FontFace}}
-body {font: 15px/1.45 "Liberation Sans", Arial, Helvetica, sans-serif; color: #1f2328; background: #fff; margin: 0;}
+body {font: 15px/1.45 sans-serif; color: #1f2328; background: #fff; margin: 0;}
 main {max-width: 1000px; margin: 0 auto; padding: 1.5em 1.5em 3em;}
 h1 {font-size: 1.6em; margin: 0 0 .2em;}
 h2 {font-size: 1.15em; margin: 0;}
@@ -180,110 +161,6 @@ func (r *Report) summaryRows() []summaryRow {
 	return append(rows, errs)
 }
 
-// Chart geometry, in points; the page scales the SVG to its width.
-const (
-	chartW = 720
-	chartH = 260
-)
-
-var (
-	// chartFont is what every chart's text is set in.
-	chartFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
-
-	colPrimary = color.RGBA{0x31, 0x6d, 0xc2, 0xff} // blue
-	colSpill   = color.RGBA{0xf0, 0x8c, 0x2e, 0xff} // orange
-	colPlain   = color.RGBA{0x6e, 0x8f, 0xb8, 0xff} // grey-blue
-	colError   = color.RGBA{0xcf, 0x22, 0x2e, 0xff} // red
-	colMark    = color.RGBA{0x57, 0x60, 0x6a, 0xff} // grey
-	colGrid    = color.RGBA{0xd8, 0xde, 0xe4, 0xff}
-)
-
-// chartFontCSS is the @font-face rule that embeds chartFont, under the
-// family name the SVG backend writes in each text element's style.
-var chartFontCSS = sync.OnceValues(func() (template.CSS, error) {
-	face := font.DefaultCache.Lookup(chartFont, 10)
-	if face.Face == nil {
-		return "", fmt.Errorf("bench: font %s not available", chartFont.Name())
-	}
-	var buf sfnt.Buffer
-	family, err := face.Face.Name(&buf, sfnt.NameIDFamily)
-	if err != nil {
-		return "", fmt.Errorf("bench: font family: %w", err)
-	}
-	var ttf bytes.Buffer
-	if _, err := face.Face.WriteSourceTo(&buf, &ttf); err != nil {
-		return "", fmt.Errorf("bench: font data: %w", err)
-	}
-	if strings.ContainsAny(family, `"\<>`) {
-		return "", fmt.Errorf("bench: unexpected font family name %q", family)
-	}
-	return template.CSS(`@font-face {font-family: "` + family + `"; font-style: normal; font-weight: normal; src: url(data:font/ttf;base64,` +
-		base64.StdEncoding.EncodeToString(ttf.Bytes()) + `) format("truetype");}`), nil
-})
-
-// newPlot is a plot styled for the page: sans-serif text, light grid, no
-// title (the page has headings).
-func newPlot(xLabel, yLabel string) *plot.Plot {
-	p := plot.New()
-	for _, st := range []*font.Font{&p.X.Label.TextStyle.Font, &p.Y.Label.TextStyle.Font,
-		&p.X.Tick.Label.Font, &p.Y.Tick.Label.Font, &p.Legend.TextStyle.Font} {
-		size := st.Size
-		*st = chartFont
-		st.Size = size
-	}
-	p.X.Label.TextStyle.Font.Size = vg.Points(11)
-	p.Y.Label.TextStyle.Font.Size = vg.Points(11)
-	p.Legend.TextStyle.Font.Size = vg.Points(10)
-	p.X.Label.Text, p.Y.Label.Text = xLabel, yLabel
-	for _, a := range []*plot.Axis{&p.X, &p.Y} {
-		a.Color = colMark
-		a.Tick.Color = colMark
-		a.Tick.Label.Color = color.RGBA{0x30, 0x36, 0x3d, 0xff}
-	}
-	p.Legend.Top = true
-	p.Legend.ThumbnailWidth = vg.Points(16)
-	p.Legend.Padding = vg.Points(2)
-	return p
-}
-
-// grid draws horizontal grid lines at the major Y ticks.
-func grid() *plotter.Grid {
-	return &plotter.Grid{Horizontal: draw.LineStyle{Color: colGrid, Width: vg.Points(0.6)}}
-}
-
-// renderSVG draws p and returns it as an <svg> element for inlining: the
-// XML prolog and namespace declarations are dropped (HTML does not need
-// them), and the size becomes a viewBox the page's CSS scales.
-func renderSVG(p *plot.Plot, label string) (_ template.HTML, err error) {
-	defer func() {
-		// gonum/plot reports some impossible inputs by panicking; a report
-		// writer should fail, not bring down a finished run.
-		if e := recover(); e != nil {
-			err = fmt.Errorf("bench: drawing chart %q: %v", label, e)
-		}
-	}()
-	c := vgsvg.New(chartW, chartH)
-	p.Draw(draw.New(c))
-	var buf bytes.Buffer
-	if _, err := c.WriteTo(&buf); err != nil {
-		return "", err
-	}
-	s := buf.String()
-	i := strings.Index(s, "<svg")
-	if i < 0 {
-		return "", fmt.Errorf("bench: no <svg> in rendered chart %q", label)
-	}
-	j := strings.IndexByte(s[i:], '>')
-	if j < 0 {
-		return "", fmt.Errorf("bench: unterminated <svg> in rendered chart %q", label)
-	}
-	// Every string drawn (server addresses included) was escaped by vgsvg's
-	// FillString, so the body is safe markup.
-	head := fmt.Sprintf(`<svg width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="%s">`,
-		chartW, chartH, chartW, chartH, html.EscapeString(label))
-	return template.HTML(head + strings.TrimSpace(s[i+j+1:])), nil
-}
-
 // throughputChart: finished requests per second over the run, and errors.
 func (r *Report) throughputChart() (htmlChart, error) {
 	c := htmlChart{Title: "Throughput", Sub: "Requests finished per second, by sampling interval.",
@@ -291,78 +168,69 @@ func (r *Report) throughputChart() (htmlChart, error) {
 	if len(r.Throughput) == 0 {
 		return c, nil
 	}
-	ops := make(plotter.XYs, len(r.Throughput))
-	errs := make(plotter.XYs, len(r.Throughput))
-	var errAt plotter.XYs // intervals with errors, on the ops/s line
-	top, topErr := 0.0, 0.0
+	ops := make([]point, len(r.Throughput))
+	errs := make([]point, len(r.Throughput))
+	var errAt []point // intervals with errors, on the ops/s line
+	top, topErr, end := 0.0, 0.0, 0.0
 	for i, s := range r.Throughput {
 		e := 0.0
 		if s.Ops > 0 {
 			e = s.OpsPerSec * float64(s.Errors) / float64(s.Ops)
 		}
-		ops[i] = plotter.XY{X: s.At, Y: s.OpsPerSec}
-		errs[i] = plotter.XY{X: s.At, Y: e}
+		ops[i], errs[i] = point{s.At, s.OpsPerSec}, point{s.At, e}
 		if s.Errors > 0 {
 			errAt = append(errAt, ops[i])
 		}
-		top, topErr = max(top, s.OpsPerSec), max(topErr, e)
+		top, topErr, end = max(top, s.OpsPerSec), max(topErr, e), max(end, s.At)
 	}
-	p := newPlot("time (s)", "ops/s")
-	p.Add(grid())
-	p.X.Tick.Marker = linearTicks{n: 8, label: siLabel}
-	p.Y.Tick.Marker = linearTicks{n: 6, label: siLabel}
-	p.Y.Min = 0
-	p.Y.Max = linearTicks{n: 6}.roundUp(1.2 * top) // headroom for the legend
-	opsLine, err := plotter.NewLine(ops)
-	if err != nil {
-		return c, err
+	wl := r.Workload
+	hot := wl.HotShare > 0 && wl.HotKeyAt > 0
+	if hot {
+		end = max(end, wl.HotKeyAt)
 	}
-	opsLine.Color, opsLine.Width = colPrimary, vg.Points(1.6)
-	p.Add(opsLine)
-	p.Legend.Add("ops/s", opsLine)
-	if len(ops) < 40 { // few samples: show where they are
-		pts, err := plotter.NewScatter(ops)
-		if err != nil {
-			return c, err
-		}
-		pts.Color, pts.Radius, pts.Shape = colPrimary, vg.Points(2), draw.CircleGlyph{}
-		p.Add(pts)
+	if !(end > 0) {
+		end = 1
 	}
-	if topErr >= top/50 { // errors/s would show on this scale
-		errLine, err := plotter.NewLine(errs)
-		if err != nil {
-			return c, err
-		}
-		errLine.Color, errLine.Width = colError, vg.Points(1.2)
-		p.Add(errLine)
-		p.Legend.Add("errors/s", errLine)
+	yMax := linearTicks{n: 6}.roundUp(1.05 * top) // the top point clear of the frame
+	x := axis{title: "time (s)", lo: 0, hi: end, ticks: linearTicks{n: 8, label: siLabel}.ticks(0, end)}
+	y := axis{title: "ops/s", lo: 0, hi: yMax, ticks: linearTicks{n: 6, label: siLabel}.ticks(0, yMax)}
+
+	opsLine := stroke{color: colPrimary, width: 1.6}
+	errLine := stroke{color: colError, width: 1.2}
+	hotLine := stroke{color: colMark, width: 1, dash: "4 3"}
+	legend := []legendItem{{"ops/s", keyLine, opsLine}}
+	showErrs := topErr > 0 && topErr >= top/50 // errors/s would show on this scale
+	if showErrs {
+		legend = append(legend, legendItem{"errors/s", keyLine, errLine})
 	}
 	if len(errAt) > 0 {
-		marks, err := plotter.NewScatter(errAt)
-		if err != nil {
-			return c, err
-		}
-		marks.Color, marks.Radius, marks.Shape = colError, vg.Points(4), draw.PyramidGlyph{}
-		p.Add(marks)
-		p.Legend.Add("interval with errors", marks)
+		legend = append(legend, legendItem{"interval with errors", keyTriangle, stroke{color: colError}})
 	}
-	if wl := r.Workload; wl.HotShare > 0 && wl.HotKeyAt > 0 {
-		hot, err := plotter.NewLine(plotter.XYs{{X: wl.HotKeyAt, Y: 0}, {X: wl.HotKeyAt, Y: p.Y.Max}})
-		if err != nil {
-			return c, err
-		}
-		hot.Color, hot.Dashes, hot.Width = colMark, []vg.Length{vg.Points(4), vg.Points(3)}, vg.Points(1)
-		p.Add(hot)
-		p.Legend.Add(fmt.Sprintf("hot key (%.0f%% of requests)", 100*wl.HotShare), hot)
+	if hot {
+		legend = append(legend, legendItem{fmt.Sprintf("hot key (%.0f%% of requests)", 100*wl.HotShare), keyLine, hotLine})
 	}
-	p.X.Min = 0
-	c.SVG, err = renderSVG(p, "Throughput over time")
+
+	ch := newChart("Throughput over time", x, y, legend)
+	if hot {
+		ch.vline(wl.HotKeyAt, hotLine)
+	}
+	ch.polyline(ops, opsLine)
+	if len(ops) < 40 { // few samples: show where they are
+		ch.dots(ops, 2, colPrimary)
+	}
+	if showErrs {
+		ch.polyline(errs, errLine)
+	}
+	ch.triangles(errAt, 4, colError)
+	var err error
+	c.SVG, err = ch.finish()
 	return c, err
 }
 
 // loadChart: requests each server served during the run, from its own
-// stats. Spillway servers split them into served as primary and served
-// after a spill; others (memcached) count cmd_get + cmd_set.
+// stats, as a bar per server. Spillway servers split them into served as
+// primary and served after a spill, stacked; others (memcached) count
+// cmd_get + cmd_set.
 func (r *Report) loadChart() (htmlChart, error) {
 	c := htmlChart{Title: "Load per server",
 		Sub:   fmt.Sprintf("Requests each server served, from its stats. Max/mean %.2f.", r.Load.MaxMean),
@@ -371,9 +239,9 @@ func (r *Report) loadChart() (htmlChart, error) {
 	if n == 0 {
 		return c, nil
 	}
-	primary := make(plotter.Values, n)
-	spilled := make(plotter.Values, n)
-	plain := make(plotter.Values, n)
+	primary := make([]float64, n)
+	spilled := make([]float64, n)
+	plain := make([]float64, n)
 	names := make([]string, n)
 	var total, top float64
 	var anyCluster, anyPlain, anySpill bool
@@ -393,43 +261,17 @@ func (r *Report) loadChart() (htmlChart, error) {
 		total += float64(s.Requests)
 		top = max(top, float64(s.Requests))
 	}
-	p := newPlot("", "requests")
-	p.Add(grid())
-	p.NominalX(names...)
-	p.Y.Padding = 0 // NominalX pads by half the first label; X.Min = -0.5 leaves room
-	p.Y.Tick.Marker = linearTicks{n: 6, label: siLabel}
-	rotate := !fitsLabels(p, names)
-	if rotate {
-		p.X.Tick.Label.Rotation = math.Pi / 6
-		p.X.Tick.Label.XAlign = draw.XRight
-		p.X.Tick.Label.YAlign = draw.YCenter
-	} else {
-		p.X.Tick.Label.XAlign = draw.XCenter
+
+	// The layers of each bar, bottom up.
+	type layer struct {
+		vals []float64
+		key  legendItem
 	}
-	width := vg.Length(min(48.0, 0.6*(chartW-90)/float64(n)))
-	var below *plotter.BarChart
-	stack := func(vals plotter.Values, col color.Color, name string) error {
-		b, err := plotter.NewBarChart(vals, width)
-		if err != nil {
-			return err
-		}
-		b.Color, b.LineStyle.Width = col, 0
-		if below != nil {
-			b.StackOn(below)
-		}
-		below = b
-		p.Add(b)
-		p.Legend.Add(name, b)
-		return nil
-	}
+	var layers []layer
 	if anyCluster {
-		if err := stack(primary, colPrimary, "served as primary"); err != nil {
-			return c, err
-		}
+		layers = append(layers, layer{primary, legendItem{"served as primary", keyBox, stroke{color: colPrimary}}})
 		if anySpill {
-			if err := stack(spilled, colSpill, "served after a spill"); err != nil {
-				return c, err
-			}
+			layers = append(layers, layer{spilled, legendItem{"served after a spill", keyBox, stroke{color: colSpill}}})
 		}
 	}
 	if anyPlain || !anyCluster {
@@ -437,49 +279,36 @@ func (r *Report) loadChart() (htmlChart, error) {
 		if anyCluster {
 			name = "requests (cmd_get + cmd_set)"
 		}
-		if err := stack(plain, colPlain, name); err != nil {
-			return c, err
+		layers = append(layers, layer{plain, legendItem{name, keyBox, stroke{color: colPlain}}})
+	}
+	var legend []legendItem
+	for _, l := range layers {
+		legend = append(legend, l.key)
+	}
+	meanLine := stroke{color: colMark, width: 1, dash: "4 3"}
+	if total > 0 {
+		legend = append(legend, legendItem{"mean", keyLine, meanLine})
+	}
+
+	yMax := linearTicks{n: 6}.roundUp(1.05 * top)
+	y := axis{title: "requests", lo: 0, hi: yMax, ticks: linearTicks{n: 6, label: siLabel}.ticks(0, yMax)}
+	ch := newChart("Load per server", categoryAxis("", names), y, legend)
+	width := min(48, 0.6*ch.band())
+	for i := range n {
+		y0 := 0.0
+		for _, l := range layers {
+			if v := l.vals[i]; v > 0 {
+				ch.bar(float64(i), width, y0, y0+v, l.key.stroke.color)
+				y0 += v
+			}
 		}
 	}
 	if total > 0 {
-		mean := total / float64(n)
-		m, err := plotter.NewLine(plotter.XYs{{X: -0.5, Y: mean}, {X: float64(n) - 0.5, Y: mean}})
-		if err != nil {
-			return c, err
-		}
-		m.Color, m.Dashes, m.Width = colMark, []vg.Length{vg.Points(4), vg.Points(3)}, vg.Points(1)
-		p.Add(m)
-		p.Legend.Add("mean", m)
-	}
-	p.X.Min, p.X.Max = -0.5, float64(n)-0.5
-	p.Y.Min = 0
-	p.Y.Max = linearTicks{n: 6}.roundUp(1.25 * top) // headroom for the legend
-	if rotate {
-		// gonum/plot does not pad for X tick labels reaching left of the
-		// Y axis: move the first bar right until its label fits.
-		lb := p.X.Tick.Label
-		reach := lb.Width(names[0])*vg.Length(math.Cos(lb.Rotation)) + lb.Height(names[0])*vg.Length(math.Sin(lb.Rotation))/2
-		axis := p.Y.Label.TextStyle.Height(p.Y.Label.Text) + p.Y.Label.Padding + p.Y.Tick.Length
-		for _, t := range p.Y.Tick.Marker.Ticks(p.Y.Min, p.Y.Max) {
-			axis = max(axis, p.Y.Label.TextStyle.Height(p.Y.Label.Text)+p.Y.Label.Padding+p.Y.Tick.Length+p.Y.Tick.Label.Width(t.Label))
-		}
-		p.Y.Padding = max(0, reach-axis)
+		ch.hline(total/float64(n), meanLine)
 	}
 	var err error
-	c.SVG, err = renderSVG(p, "Load per server")
+	c.SVG, err = ch.finish()
 	return c, err
-}
-
-// fitsLabels reports whether the category labels fit side by side
-// unrotated under the plot.
-func fitsLabels(p *plot.Plot, names []string) bool {
-	room := vg.Length(chartW-90) / vg.Length(len(names))
-	for _, s := range names {
-		if p.X.Tick.Label.Width(s) > 0.9*room {
-			return false
-		}
-	}
-	return true
 }
 
 // shorten cuts s to at most n runes by eliding its middle, keeping the
@@ -493,7 +322,8 @@ func shorten(s string, n int) string {
 	return string(r[:head]) + "…" + string(r[len(r)-(n-1-head):])
 }
 
-// latencyChart: the latency percentile spectrum on a log axis.
+// latencyChart: the latency percentile spectrum, one point per percentile
+// on a log axis in microseconds.
 func (r *Report) latencyChart() (htmlChart, error) {
 	c := htmlChart{Title: "Latency by percentile", Empty: "No successful requests."}
 	if r.Workload.Rate > 0 {
@@ -501,7 +331,7 @@ func (r *Report) latencyChart() (htmlChart, error) {
 	} else {
 		c.Sub = "Latency of successful requests from when they were issued (closed loop); log scale."
 	}
-	var xys plotter.XYs
+	var pts []point
 	names := make([]string, len(r.Latency.Percentiles))
 	for i, pc := range r.Latency.Percentiles {
 		switch pc.Percentile {
@@ -513,33 +343,26 @@ func (r *Report) latencyChart() (htmlChart, error) {
 			names[i] = "p" + strconv.FormatFloat(pc.Percentile, 'g', -1, 64)
 		}
 		if pc.Value > 0 { // a log axis has no place for 0
-			xys = append(xys, plotter.XY{X: float64(i), Y: float64(pc.Value.Nanoseconds()) / 1e3})
+			pts = append(pts, point{float64(i), float64(pc.Value.Nanoseconds()) / 1e3})
 		}
 	}
-	if r.Latency.Count == 0 || len(xys) == 0 {
+	if r.Latency.Count == 0 || len(pts) == 0 {
 		return c, nil
 	}
-	p := newPlot("percentile", "latency")
-	p.Add(grid())
-	p.NominalX(names...)
-	p.Y.Padding = 0
-	p.X.Tick.Label.XAlign = draw.XCenter
-	p.Y.Scale = plot.LogScale{}
 	lo, hi := math.Inf(1), 0.0
-	for _, pt := range xys {
-		lo, hi = min(lo, pt.Y), max(hi, pt.Y)
+	for _, p := range pts {
+		lo, hi = min(lo, p.y), max(hi, p.y)
 	}
-	p.Y.Tick.Marker = latencyTicks{}
-	line, pts, err := plotter.NewLinePoints(xys)
-	if err != nil {
-		return c, err
+	lo, hi = niceFloor(lo), niceCeil(hi)
+	if hi <= lo { // all at one 1-2-5 value: a step either side
+		lo, hi = niceFloor(lo*0.9), niceCeil(hi*1.1)
 	}
-	line.Color, line.Width = colPrimary, vg.Points(1.6)
-	pts.Color, pts.Radius, pts.Shape = colPrimary, vg.Points(2.5), draw.CircleGlyph{}
-	p.Add(line, pts)
-	p.X.Min, p.X.Max = -0.5, float64(len(names))-0.5
-	p.Y.Min, p.Y.Max = niceFloor(lo), niceCeil(hi) // Add widened them to the data
-	c.SVG, err = renderSVG(p, "Latency by percentile")
+	y := axis{title: "latency", lo: lo, hi: hi, log: true, ticks: latencyTicks(lo, hi)}
+	ch := newChart("Latency by percentile", categoryAxis("percentile", names), y, nil)
+	ch.polyline(pts, stroke{color: colPrimary, width: 1.6})
+	ch.dots(pts, 2.5, colPrimary)
+	var err error
+	c.SVG, err = ch.finish()
 	return c, err
 }
 
@@ -550,16 +373,17 @@ type linearTicks struct {
 	label func(float64) string
 }
 
-func (t linearTicks) Ticks(lo, hi float64) []plot.Tick {
+// ticks are the ticks from lo to hi.
+func (t linearTicks) ticks(lo, hi float64) []tick {
 	if !(hi > lo) || math.IsInf(hi-lo, 0) {
 		return nil
 	}
 	half := niceCeil((hi-lo)/float64(t.n)) / 2
-	var ts []plot.Tick
+	var ts []tick
 	for k := math.Ceil(lo/half - 1e-9); k <= math.Floor(hi/half+1e-9); k++ {
-		tk := plot.Tick{Value: k*half + 0} // + 0: no "-0"
+		tk := tick{value: k*half + 0} // + 0: no "-0"
 		if math.Mod(k, 2) == 0 {
-			tk.Label = t.label(tk.Value)
+			tk.label = t.label(tk.value)
 		}
 		ts = append(ts, tk)
 	}
@@ -590,27 +414,26 @@ func (t linearTicks) roundUp(v float64) float64 {
 	return step * math.Ceil(v/step-1e-9)
 }
 
-// latencyTicks mark a log axis in microseconds: 1-2-5 steps labelled when
-// the axis spans few decades, else labelled decades with unlabelled 2..9.
-type latencyTicks struct{}
-
-func (latencyTicks) Ticks(lo, hi float64) []plot.Tick {
+// latencyTicks mark a log axis in microseconds from lo to hi: 1-2-5 steps
+// labelled when the axis spans few decades, else labelled decades with
+// unlabelled 2..9.
+func latencyTicks(lo, hi float64) []tick {
 	if lo <= 0 || hi <= lo {
 		return nil
 	}
 	few := math.Log10(hi/lo) <= 2.5
-	var ts []plot.Tick
+	var ts []tick
 	for dec := math.Pow10(int(math.Floor(math.Log10(lo)))); dec <= hi; dec *= 10 {
 		for m := 1; m <= 9; m++ {
 			v := dec * float64(m)
 			if v < lo*(1-1e-9) || v > hi*(1+1e-9) {
 				continue
 			}
-			t := plot.Tick{Value: v}
+			t := tick{value: v}
 			// The axis ends on 1-2-5 values (niceFloor, niceCeil): label them too.
 			end := math.Abs(v/lo-1) < 1e-9 || math.Abs(v/hi-1) < 1e-9
 			if m == 1 || (few || end) && (m == 2 || m == 5) {
-				t.Label = fmtMicros(v)
+				t.label = fmtMicros(v)
 			}
 			ts = append(ts, t)
 		}
