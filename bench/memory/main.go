@@ -9,7 +9,7 @@
 //     items than either holds; then items held, RSS and items per MiB.
 //  2. Hit ratio at equal memory: memcached at -m 64 (-m), and Spillway at
 //     the -m that gives it the same RSS, and at the -m that gives it the
-//     same RSS less file pages (Spillway's 30 MB binary keeps about 13 MiB
+//     same RSS less file pages (Spillway's 23 MB binary keeps about 10 MiB
 //     more of them resident than memcached's: clean page cache, shared,
 //     dropped first under pressure), both worked out from a calibration
 //     run of Spillway at -m 64. Each of the four traces of internal/trace
@@ -55,7 +55,7 @@ var (
 	keys         = flag.Int("keys", 2_000_000, "key space of the traces")
 	conns        = flag.Int("conns", 8, "client connections")
 	pipeline     = flag.Int("pipeline", 8, "requests in flight per connection")
-	warmup       = flag.Int("warmup", 2_000_000, "requests before counting hits")
+	warmup       = flag.Int("warmup", 8_000_000, "requests before counting hits (S3-FIFO's counts settle later than an LRU's order: README Memory)")
 	requests     = flag.Int("requests", 2_000_000, "requests counted")
 	timeout      = flag.Duration("timeout", 90*time.Second, "bound on each phase of each run")
 	only         = flag.String("traces", "", "comma-separated traces to run (default: all; none: no hit-ratio phase)")
