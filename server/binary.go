@@ -105,9 +105,7 @@ func (c *conn) serveBinary() bool {
 	if c.quit && !req.Opcode.Quiet() {
 		c.w.BinaryOK(req)
 	}
-	if cmd := int(c.req.Command); cmd < len(s.metrics.byCommand) && s.metrics.byCommand[cmd] != nil {
-		s.metrics.byCommand[cmd].Observe(time.Since(start).Seconds())
-	}
+	c.observe(c.req.Command, start)
 	if req.Opcode == protocol.OpNoop {
 		// memcached sends everything up to a noop at once. The counts go
 		// first, as in serve: a client that has its replies sees them.

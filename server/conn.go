@@ -34,6 +34,11 @@ type conn struct {
 
 	// counted wraps nc to count bytes_read and bytes_written.
 	counted countingConn
+	// latency holds the times of requests not yet in the node's totals
+	// (latency.go), and lastEnd when the last request's reply was
+	// buffered: the start of one pipelined behind it.
+	latency pendingLatency
+	lastEnd time.Time
 	// local counts this connection's commands; it is added to the server's
 	// totals once per batch so that cores do not fight over shared counters.
 	local counters
@@ -198,7 +203,12 @@ func (c *conn) serve() {
 		s.authed(c)
 	}
 	for !c.quit {
+		// A request read without waiting for the client starts when the
+		// one before it ended (its parse is all that lies between): one
+		// clock read a request while pipelined requests are buffered.
+		waited := false
 		if c.r == nil || c.r.Buffered() == 0 {
+			waited = true
 			// The input is drained: everything the client pipelined has
 			// been answered, so send the batch in one write.
 			c.flushStats()
@@ -225,6 +235,7 @@ func (c *conn) serve() {
 			}
 			continue
 		}
+		read := c.counted.read
 		err := c.r.Read(&c.req)
 		if !c.authed && !c.peer && s.cfg.Users != nil && !protocol.Fatal(err) {
 			c.authenticate(err)
@@ -239,11 +250,12 @@ func (c *conn) serve() {
 		if s.verbose(2) {
 			s.cfg.Logger.Debug("request", "cmd", c.req.Command.String(), "key", string(c.req.Key))
 		}
-		start := time.Now()
-		c.handle(&c.req)
-		if cmd := int(c.req.Command); cmd < len(s.metrics.byCommand) && s.metrics.byCommand[cmd] != nil {
-			s.metrics.byCommand[cmd].Observe(time.Since(start).Seconds())
+		start := c.lastEnd
+		if waited || c.counted.read != read || start.IsZero() {
+			start = time.Now()
 		}
+		c.handle(&c.req)
+		c.lastEnd = c.observe(c.req.Command, start)
 	}
 	if c.w != nil {
 		c.w.Flush()

@@ -8,8 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"spillway/protocol"
 )
 
 // metrics are the node's Prometheus series, on a registry of its own so
@@ -17,10 +15,6 @@ import (
 type metrics struct {
 	reg     *prometheus.Registry
 	routing *prometheus.CounterVec
-	latency *prometheus.HistogramVec
-	// byCommand holds the latency observer of each command, resolved
-	// once so that the request path does no label lookups.
-	byCommand [protocol.CmdMetaDebug + 1]prometheus.Observer
 }
 
 func newMetrics(s *Server) *metrics {
@@ -29,15 +23,7 @@ func newMetrics(s *Server) *metrics {
 		Name: "cache_routing_requests_total",
 		Help: "Reads counted once by their entry node, by the node that served them: status primary if it owns the key, displaced if the read spilled.",
 	}, []string{"node_id", "status"})
-	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "spillway_request_duration_seconds",
-		Help:    "Time from a request's parse to its reply being buffered, by command (forwarding and fills included).",
-		Buckets: prometheus.ExponentialBuckets(5e-6, 4, 10),
-	}, []string{"command"})
-	m.reg.MustRegister(m.routing, m.latency, loadCollector{s})
-	for c := protocol.CmdGet; c <= protocol.CmdMetaDebug; c++ {
-		m.byCommand[c] = m.latency.WithLabelValues(c.String())
-	}
+	m.reg.MustRegister(m.routing, newLatencyCollector(&s.latencies), loadCollector{s})
 
 	m.reg.MustRegister(newStatsCollector(s))
 	return m

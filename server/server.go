@@ -128,6 +128,7 @@ type Server struct {
 	gens      fillGens
 	uniq      *uniques // CAS uniques of a cluster node
 	counters  totals
+	latencies latencyTotals
 	metrics   *metrics
 
 	verbosity atomic.Int32

@@ -112,6 +112,7 @@ func (c *conn) flushStats() {
 	c.local[statBytesWritten] += c.counted.written
 	c.counted.read, c.counted.written = 0, 0
 	c.srv.counters.add(&c.local)
+	c.latency.flush(&c.srv.latencies)
 }
 
 // resetStats answers "stats reset".
