@@ -63,6 +63,10 @@ type outcome struct {
 	n       uint64 // opIncr: the new number
 	fetched bool   // opTouch: the item had been fetched before
 	item    Item   // opTouch, opUpdate
+	// same: the stored record is the old item with new metadata (a
+	// touch, an Update with KeepCAS), not a new item: memcached counts
+	// neither in total_items.
+	same bool
 }
 
 // expiry is the record form of it.Expires.
@@ -118,6 +122,7 @@ func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
 		o.next = *cur
 		o.next.exp = expiry(it)
 		o.next.bits |= stateFetched
+		o.same = true
 	case opUpdate:
 		var curItem Item
 		if cur != nil {
@@ -130,6 +135,7 @@ func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
 		}
 		if next.KeepCAS {
 			o.next = s.record(&next, next.CAS)
+			o.same = true
 		} else {
 			o.next = s.fresh(&next)
 		}
