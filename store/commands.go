@@ -64,8 +64,9 @@ type outcome struct {
 	fetched bool   // opTouch: the item had been fetched before
 	item    Item   // opTouch, opUpdate
 	// same: the stored record is the old item with new metadata (a
-	// touch, an Update with KeepCAS), not a new item: memcached counts
-	// neither in total_items.
+	// touch, an Update with KeepCAS) or rewritten in place (an incr or
+	// decr whose result is no longer than the old value), not a new
+	// item: memcached counts none of them in total_items.
 	same bool
 }
 
@@ -112,8 +113,12 @@ func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
 		o.n = n
 		var bits uint32
 		if len(num) == len(cur.value) {
-			// memcached rewrites the item in place, keeping its flags.
+			// memcached rewrites the item in place, keeping its flags,
+			// and links no new item: total_items stays (o.same). Counted,
+			// "incr n 1" on "10" made total_items one more than memcached
+			// 1.6.18's (TestTotalItemsIncrInPlace).
 			bits = cur.bits
+			o.same = true
 		}
 		o.next = rec{value: num, flags: cur.flags, exp: cur.exp, cas: s.unique(), seq: s.seq.Load(), bits: bits}
 	case opTouch:

@@ -194,7 +194,8 @@ func (s *Store) write(key string, op writeOp) outcome {
 	o := s.eng.write(key, s.hash(key), op)
 	// A touch (touch, gat, mg T: o.same) stores the item again with a
 	// new expiry, but it is no new item: total_items counted every touch
-	// (TestTotalItemsNotCountingTouches).
+	// (TestTotalItemsNotCountingTouches). Nor is an incr rewritten in
+	// place (TestTotalItemsIncrInPlace).
 	if o.err == nil && o.store && !o.same {
 		s.ctr.total.Add(1)
 	}
