@@ -39,6 +39,10 @@ func ExpiresAt(exptime int64, now time.Time) time.Time {
 type flusher struct {
 	watermark atomic.Uint64           // entries with seq <= watermark are flushed
 	due       atomic.Pointer[delayed] // pending delayed flush; nil none
+	// seq is the store sequence (Store.seq), raised past a flush's mark
+	// once the watermark is raised to it; nil in tests of the flusher
+	// alone.
+	seq *atomic.Uint64
 }
 
 // delayed is a pending delayed flush.
@@ -50,7 +54,8 @@ type delayed struct {
 }
 
 // flush schedules a flush at now+delay; seq reads the store sequence
-// (Store.Seq), called only for a flush that takes effect now. A new flush
+// (Store.seq, without moving it), called only for a flush that takes
+// effect now. A new flush
 // replaces a pending delayed one, as in memcached; one that is already due
 // takes effect first, since the time it named has passed.
 func (f *flusher) flush(now int64, delay time.Duration, seq func() uint64) {
@@ -92,10 +97,24 @@ func (f *flusher) advance(now int64, seq func() uint64) {
 	f.due.CompareAndSwap(p, nil)
 }
 
+// raise raises the watermark to mark, then the store sequence above it:
+// in that order, so that a write that reads a sequence above mark
+// (Store.begin) and then checks its key's item finds the watermark raised
+// (TestFlushDuringReadModifyWrite). seq is the sequence to mark: read, not
+// incremented, so that a write that read the same value is flushed too.
 func (f *flusher) raise(mark uint64) {
 	for {
 		old := f.watermark.Load()
 		if mark <= old || f.watermark.CompareAndSwap(old, mark) {
+			break
+		}
+	}
+	if f.seq == nil {
+		return
+	}
+	for {
+		old := f.seq.Load()
+		if old > mark || f.seq.CompareAndSwap(old, mark+1) {
 			return
 		}
 	}

@@ -22,18 +22,24 @@ import (
 // A value also says its own length and fill, so torn reads show.
 func TestReviewNoStaleConcurrent(t *testing.T) {
 	const (
-		writers  = 3
-		readers  = 3
-		keysPerW = 300
+		writers = 3
+		readers = 3
 	)
+	keysPerW := envInt("REVIEW_KEYS", 300)
 	ops := envInt("REVIEW_OPS", 15000)
 	s, g, clk := newSegStore(t, 2<<20, evictS3FIFO)
 	type keyState struct {
 		last    atomic.Int64 // last completed op number
 		lastSet atomic.Int64 // op number of the last completed set (value version)
-		lastDel atomic.Int64 // op number of the last completed delete
+		// setEpoch: the last completed set's version and the number of
+		// flushes begun when it returned, packed (version<<16 | flushes)
+		setEpoch atomic.Int64
+		lastDel  atomic.Int64 // op number of the last completed delete
 	}
-	var states [writers][keysPerW]keyState
+	states := make([][]keyState, writers)
+	for i := range states {
+		states[i] = make([]keyState, keysPerW)
+	}
 	mkval := func(ver int64, n int) []byte {
 		head := fmt.Sprintf("v%d:%d:", ver, n)
 		b := make([]byte, 0, len(head)+n)
@@ -75,6 +81,7 @@ func TestReviewNoStaleConcurrent(t *testing.T) {
 		return ver, true
 	}
 	var done atomic.Int32
+	var flushBegun, flushDone atomic.Int64
 	var bad atomic.Int64
 	report := func(format string, args ...any) {
 		if bad.Add(1) <= 5 {
@@ -97,7 +104,7 @@ func TestReviewNoStaleConcurrent(t *testing.T) {
 				switch r := rng.IntN(100); {
 				case r < 60:
 					n := rng.IntN(300)
-					switch rng.IntN(40) {
+					switch rng.IntN(envInt("REVIEW_LARGE", 40)) {
 					case 0:
 						n = g.large + rng.IntN(g.large) // a mapping of its own
 					case 1:
@@ -109,6 +116,7 @@ func TestReviewNoStaleConcurrent(t *testing.T) {
 					}
 					s.Set(Item{Key: key, Value: mkval(opn, n), Expires: exp})
 					st.lastSet.Store(opn)
+					st.setEpoch.Store(opn<<16 | flushBegun.Load())
 				case r < 70:
 					s.Delete(key)
 					st.lastDel.Store(opn)
@@ -140,6 +148,7 @@ func TestReviewNoStaleConcurrent(t *testing.T) {
 				w, k := rng.IntN(writers), rng.IntN(keysPerW)
 				st := &states[w][k]
 				key := "w" + strconv.Itoa(w) + "k" + strconv.Itoa(k)
+				flushed := flushDone.Load()
 				floorSet, floorDel := st.lastSet.Load(), st.lastDel.Load()
 				now0 := clk.Now()
 				var it Item
@@ -161,12 +170,25 @@ func TestReviewNoStaleConcurrent(t *testing.T) {
 					report("Get(%s) = version %d, but set %d had completed", key, ver, floorSet)
 				case !it.Expires.IsZero() && !it.Expires.After(now0):
 					report("Get(%s) = version %d, expired at %v, before the read began (%v)", key, ver, it.Expires, now0)
+				case st.setEpoch.Load()>>16 == ver && st.setEpoch.Load()&0xffff < flushed:
+					report("Get(%s) = version %d, stored before flush %d began, which had completed", key, ver, flushed)
 				case ver < floorDel:
 					report("Get(%s) = version %d, but delete %d had completed", key, ver, floorDel)
 				}
 			}
 		}()
 	}
+	// Flushes now and then.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; done.Load() < writers && i < envInt("REVIEW_FLUSHES", 100); i++ {
+			time.Sleep(time.Millisecond)
+			flushBegun.Add(1)
+			s.Flush(0)
+			flushDone.Add(1)
+		}
+	}()
 	// The sweeper, in step with the clock.
 	wg.Add(1)
 	go func() {

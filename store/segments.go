@@ -357,7 +357,7 @@ func (g *segEngine) write(key string, h uint64, op writeOp) outcome {
 		return outcome{}
 	}
 	s := g.s
-	now := s.clock()
+	now := s.begin(&op)
 	sh.drain(drainStep)
 	pos, seg, v, found := sh.find(key, h)
 	var cr rec
