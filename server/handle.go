@@ -142,7 +142,16 @@ func (cl *cluster) flushOthers(delay int64) (failed, total int) {
 func (c *conn) flushAll(req *protocol.Request) {
 	c.local[statCmdFlush]++
 	s := c.srv
-	delay := time.Duration(req.Exptime) * time.Second
+	// The delay is an exptime, read as memcached's realtime() reads it:
+	// above 30 days, a Unix time (already past: now). Taken as seconds
+	// from now, "flush_all <a Unix time>" scheduled a flush decades away
+	// and replaced any pending one (TestFlushAllAbsoluteTime). Peers get
+	// the exptime as sent and convert it on their own clocks.
+	var delay time.Duration
+	if req.Exptime > 0 {
+		now := c.now()
+		delay = store.ExpiresAt(req.Exptime, now).Sub(now)
+	}
 	s.flushLocal(delay)
 	if c.peer {
 		c.reply(req, protocol.OK)

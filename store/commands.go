@@ -41,6 +41,9 @@ type writeOp struct {
 	it    Item   // the item to store; opTouch: it.Expires
 	delta uint64 // opIncr
 	decr  bool   // opIncr
+	// seq is the store sequence the write's record takes: read before the
+	// key's item is checked (Store.begin), not when the record is made.
+	seq uint64
 	// fn is opUpdate's function.
 	fn func(cur Item, ok bool) (next Item, store bool, err error)
 }
@@ -63,17 +66,23 @@ type outcome struct {
 	n       uint64 // opIncr: the new number
 	fetched bool   // opTouch: the item had been fetched before
 	item    Item   // opTouch, opUpdate
+	// same: the stored record is the old item with new metadata (a
+	// touch, an Update with KeepCAS) or rewritten in place (an incr or
+	// decr whose result is no longer than the old value), not a new
+	// item: memcached counts none of them in total_items.
+	same bool
 }
 
 // expiry is the record form of it.Expires.
 func expiry(it *Item) int64 { return unixNanos(it.Expires) }
 
 // fresh is the record of a new write of it, with a new CAS unique.
-func (s *Store) fresh(it *Item) rec { return s.record(it, s.unique()) }
+func (s *Store) fresh(it *Item, seq uint64) rec { return s.record(it, s.unique(), seq) }
 
-// record is the record of a write of it with the given CAS unique.
-func (s *Store) record(it *Item, cas uint64) rec {
-	return rec{value: it.Value, flags: it.Flags, exp: expiry(it), cas: cas, seq: s.seq.Load(), bits: bitsOf(it)}
+// record is the record of a write of it with the given CAS unique and
+// store sequence.
+func (s *Store) record(it *Item, cas, seq uint64) rec {
+	return rec{value: it.Value, flags: it.Flags, exp: expiry(it), cas: cas, seq: seq, bits: bitsOf(it)}
 }
 
 // apply is op's meaning: given key's live record cur (nil if absent,
@@ -86,9 +95,9 @@ func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
 	it := &op.it
 	switch op.kind {
 	case opSet, opAdd, opReplace, opCAS:
-		o.next = s.fresh(it)
+		o.next = s.fresh(it, op.seq)
 	case opPut:
-		o.next = s.record(it, it.CAS)
+		o.next = s.record(it, it.CAS, op.seq)
 	case opAppend, opPrepend:
 		v := make([]byte, 0, len(cur.value)+len(it.Value))
 		if op.kind == opPrepend {
@@ -96,7 +105,7 @@ func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
 		} else {
 			v = append(append(v, cur.value...), it.Value...)
 		}
-		o.next = rec{value: v, flags: cur.flags, exp: cur.exp, cas: s.unique(), seq: s.seq.Load()}
+		o.next = rec{value: v, flags: cur.flags, exp: cur.exp, cas: s.unique(), seq: op.seq}
 	case opIncr:
 		// The digits get an allocation of their own: a buffer on the
 		// engine's stack would escape with every write's outcome.
@@ -108,16 +117,21 @@ func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
 		o.n = n
 		var bits uint32
 		if len(num) == len(cur.value) {
-			// memcached rewrites the item in place, keeping its flags.
+			// memcached rewrites the item in place, keeping its flags,
+			// and links no new item: total_items stays (o.same). Counted,
+			// "incr n 1" on "10" made total_items one more than memcached
+			// 1.6.18's (TestTotalItemsIncrInPlace).
 			bits = cur.bits
+			o.same = true
 		}
-		o.next = rec{value: num, flags: cur.flags, exp: cur.exp, cas: s.unique(), seq: s.seq.Load(), bits: bits}
+		o.next = rec{value: num, flags: cur.flags, exp: cur.exp, cas: s.unique(), seq: op.seq, bits: bits}
 	case opTouch:
 		// Not a modification: the CAS unique and sequence stay.
 		o.fetched = cur.bits&stateFetched != 0
 		o.next = *cur
 		o.next.exp = expiry(it)
 		o.next.bits |= stateFetched
+		o.same = true
 	case opUpdate:
 		var curItem Item
 		if cur != nil {
@@ -129,9 +143,10 @@ func (s *Store) apply(op *writeOp, key string, cur *rec) outcome {
 			return o
 		}
 		if next.KeepCAS {
-			o.next = s.record(&next, next.CAS)
+			o.next = s.record(&next, next.CAS, op.seq)
+			o.same = true
 		} else {
-			o.next = s.fresh(&next)
+			o.next = s.fresh(&next, op.seq)
 		}
 	case opDelete:
 		o.remove = true
@@ -257,7 +272,7 @@ func (s *Store) Delete(key string) error {
 // The engine reclaims the items' memory as it meets them (Ristretto) or in
 // the background (Segments).
 func (s *Store) Flush(delay time.Duration) {
-	s.flush.flush(s.now(), delay, s.Seq)
+	s.flush.flush(s.now(), delay, s.seq.Load)
 	s.eng.flushed()
 }
 

@@ -143,7 +143,7 @@ func (r *ristrettoEngine) write(key string, h uint64, op writeOp) outcome {
 	st := r.stripe(h)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	now := r.s.clock()
+	now := r.s.begin(&op)
 	var cur *entry
 	if op.lookup() {
 		cur = r.find(st, key, h)

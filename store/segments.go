@@ -290,6 +290,19 @@ func (g *segEngine) getLocked(sh *shard, key string, h uint64, fetch bool, dst [
 	if sh.closed {
 		return Item{}, false
 	}
+	// While an index is being drained, find moves the key's entry out of
+	// the old table (a tomb there, then an insert into the new one, which
+	// may carry other keys' entries along): a change lock-free reads must
+	// see, or one that probed the new table before the insert and the old
+	// one after the tomb finds the key in neither, sees the version
+	// unmoved, and reports a live item missing
+	// (TestLockedReadMovesEntryUnderVersion). So the version is odd for
+	// the whole lookup then. (Deferred after the Unlock: runs before it.)
+	odd := sh.old != nil
+	if odd {
+		sh.ver.Add(1)
+		defer sh.ver.Add(1)
+	}
 	pos, seg, v, ok := sh.find(key, h)
 	if ok {
 		visible, expired := g.s.visible(key, v.seq, v.exp)
@@ -303,9 +316,13 @@ func (g *segEngine) getLocked(sh *shard, key string, h uint64, fetch bool, dst [
 			}
 			return it, true
 		}
-		sh.ver.Add(1)
+		if !odd {
+			sh.ver.Add(1)
+		}
 		sh.unlink(pos, seg, &v)
-		sh.ver.Add(1)
+		if !odd {
+			sh.ver.Add(1)
+		}
 		g.s.reclaimed(expired, v.fetched())
 	}
 	if fetch {
@@ -340,7 +357,7 @@ func (g *segEngine) write(key string, h uint64, op writeOp) outcome {
 		return outcome{}
 	}
 	s := g.s
-	now := s.clock()
+	now := s.begin(&op)
 	sh.drain(drainStep)
 	pos, seg, v, found := sh.find(key, h)
 	var cr rec

@@ -6,7 +6,7 @@ import "sync/atomic"
 // "stats" fields where one exists.
 type Stats struct {
 	CurrItems  int64  // curr_items: items held, including expired or flushed ones not yet reclaimed (as memcached)
-	TotalItems uint64 // total_items: successful stores (set, add, replace, append, prepend, cas, incr/decr, Put, Update)
+	TotalItems uint64 // total_items: successful stores (set, add, replace, append, prepend, cas, Put, Update, incr/decr that lengthen the value); not Touch, an Update with KeepCAS, nor incr/decr rewriting the value in place, which store no new item
 	// Bytes is bytes: what the current items are charged. Ristretto: key
 	// and value as the Go allocator rounds them, + ItemOverhead each. Segments: key, value and item header,
 	// as stored.
