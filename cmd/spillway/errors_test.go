@@ -30,6 +30,8 @@ func TestErrorText(t *testing.T) {
 		{"long form of a short flag", []string{"serve", "--memory-limit", "lots"}, `spillway serve: --memory-limit "lots": want a size`},
 		{"unknown flag", []string{"serve", "--nope"}, "spillway serve: unknown flag --nope (spillway serve --help lists them)\n"},
 		{"missing value", []string{"bench", "--servers"}, "spillway bench: --servers needs a value\n"},
+		{"item size over half of -m", []string{"serve", "-m", "1", "-I", "2m"},
+			"spillway serve: -I 2097152 is more than half of -m (1048576 bytes)"},
 		{"no stutter", []string{"bench", "--servers", "127.0.0.1:1", "--rate", "1", "--duration", "1ms"},
 			"spillway bench: rate * duration is less than one request\n"},
 		{"short gossip key", []string{"serve", "--gossip", "127.0.0.1:0", "--gossip-key", shortKey},

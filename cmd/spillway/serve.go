@@ -81,7 +81,7 @@ func (f *serveFlags) options() []option {
 		{"p", "port", &intValue{&f.port}, "TCP port for clients when --listen has none"},
 		{"m", "memory-limit", &sizeValue{p: &f.memoryBytes, unit: 1 << 20}, "item memory in MiB (or with a k/m/g suffix)"},
 		{"c", "conn-limit", &intValue{&f.connLimit}, "maximum simultaneous client connections (peer connections aside)"},
-		{"I", "max-item-size", &sizeValue{p: &f.maxItemSize, unit: 1}, "largest value accepted, in bytes (or with a k/m suffix)"},
+		{"I", "max-item-size", &sizeValue{p: &f.maxItemSize, unit: 1}, "largest value accepted, in bytes (or with a k/m suffix); at most half of -m, as memcached"},
 		{"v", "verbose", &countValue{&f.verbose}, "log connections (-v) and every command (-vv)"},
 		{"", "idle-timeout", &durationValue{&f.idleTimeout}, "close client connections idle this long (0: never)"},
 		{"", "write-timeout", &durationValue{&f.writeTimeout}, "close connections that take none of their replies for this long (0: never)"},
@@ -183,6 +183,14 @@ var clusterOnly = []string{"name", "advertise", "join", "gossip-key", "weight", 
 // check catches the mistakes that can be caught before anything is bound.
 // given is what parseOptions returned.
 func (f *serveFlags) check(given map[string]string) error {
+	// As memcached ("Cannot set item size limit higher than 1/2 of memory
+	// max."): an item more than half of -m may find no room the store
+	// can make for it, and a write the store cannot place is answered
+	// STORED and lost (memcached says SERVER_ERROR out of memory there;
+	// Spillway's store has no such answer yet).
+	if f.maxItemSize > f.memoryBytes/2 {
+		return fmt.Errorf("-I %d is more than half of -m (%d bytes): an item that large may find no room; raise -m or lower -I, as memcached asks", f.maxItemSize, f.memoryBytes)
+	}
 	if f.gossip == "" {
 		for _, long := range clusterOnly {
 			if as, ok := given[long]; ok {
