@@ -43,6 +43,21 @@ func (m *model) put(key string, it modelItem, now int64) {
 	m.items[key] = it
 }
 
+// modelIncr is the model's incr or decr of a value: the result, or false
+// if the value is not a number. It wraps at 2^64 up and stops at 0 down.
+func modelIncr(value string, delta uint64, decr bool) (uint64, bool) {
+	n, err := ParseCounter([]byte(value))
+	switch {
+	case err != nil:
+		return 0, false
+	case !decr:
+		return n + delta, true
+	case delta > n:
+		return 0, true
+	}
+	return n - delta, true
+}
+
 // TestAgainstModel runs a long seeded random sequence of commands over a
 // handful of keys, so that keys are created, overwritten and deleted while
 // ristretto may still be applying them, and compares every answer with the
@@ -148,20 +163,12 @@ func testAgainstModel(t *testing.T, eng Engine, seed uint64, steps int) {
 				}
 				break
 			}
-			n, perr := ParseCounter([]byte(cur.value))
-			if perr != nil {
+			n, numeric := modelIncr(cur.value, delta, decr)
+			if !numeric {
 				if !errors.Is(err, ErrNotNumber) {
 					fail("Incr on %q: %v", cur.value, err)
 				}
 				break
-			}
-			switch {
-			case !decr:
-				n += delta
-			case delta > n:
-				n = 0
-			default:
-				n -= delta
 			}
 			if err != nil || got != n {
 				fail("Incr(%q, %d, %v) = %d, %v; want %d", cur.value, delta, decr, got, err, n)

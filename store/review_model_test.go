@@ -181,20 +181,12 @@ func reviewNoStale(t *testing.T, seed uint64, steps int, maxBytes int64) {
 			if !ok {
 				fail("Incr on an item the model does not hold: %d %v", got, err)
 			}
-			n, perr := ParseCounter([]byte(cur.value))
-			if perr != nil {
+			n, numeric := modelIncr(cur.value, delta, decr)
+			if !numeric {
 				if !errors.Is(err, ErrNotNumber) {
 					fail("Incr on %.20q: %v", cur.value, err)
 				}
 				break
-			}
-			switch {
-			case !decr:
-				n += delta
-			case delta > n:
-				n = 0
-			default:
-				n -= delta
 			}
 			if err != nil || got != n {
 				fail("Incr(%q, %d, %v) = %d, %v; want %d", cur.value, delta, decr, got, err, n)
