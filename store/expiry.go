@@ -55,9 +55,9 @@ type delayed struct {
 
 // flush schedules a flush at now+delay; seq reads the store sequence
 // (Store.seq, without moving it), called only for a flush that takes
-// effect now. A new flush
-// replaces a pending delayed one, as in memcached; one that is already due
-// takes effect first, since the time it named has passed.
+// effect now. A new flush replaces a pending delayed one, as in
+// memcached; one that is already due takes effect first, since the time
+// it named has passed.
 func (f *flusher) flush(now int64, delay time.Duration, seq func() uint64) {
 	f.advance(now, seq)
 	if delay <= 0 {
@@ -100,7 +100,7 @@ func (f *flusher) advance(now int64, seq func() uint64) {
 // raise raises the watermark to mark, then the store sequence above it:
 // in that order, so that a write that reads a sequence above mark
 // (Store.begin) and then checks its key's item finds the watermark raised
-// (TestFlushDuringReadModifyWrite). seq is the sequence to mark: read, not
+// (TestFlushDuringReadModifyWrite). mark is a sequence read, not
 // incremented, so that a write that read the same value is flushed too.
 func (f *flusher) raise(mark uint64) {
 	for {

@@ -57,8 +57,9 @@ func (e Engine) String() string {
 type Config struct {
 	// MaxBytes is the memory limit. If zero, DefaultMaxBytes is used.
 	// With Ristretto, each item is charged len(Key) + len(Value), rounded
-	// up as the Go allocator rounds them, + ItemOverhead, and ristretto's TinyLFU counters come on top: 4 bytes
-	// per 256 bytes of MaxBytes (1.6%), at most 64 MiB. With Segments it
+	// up as the Go allocator rounds them, + ItemOverhead, and ristretto's
+	// TinyLFU counters come on top: 4 bytes per 256 bytes of MaxBytes
+	// (1.6%), at most 64 MiB. With Segments it
 	// bounds every byte the engine maps: segments (items with their
 	// headers, and the space of dead ones not yet reused) and the index.
 	MaxBytes int64
@@ -222,7 +223,7 @@ func (s *Store) clock() int64 {
 // modified (TestFlushDuringReadModifyWrite). Read first, either the
 // sequence is not above the flush's mark, and the new record is flushed
 // with the old, or it was read after the flush raised its seq past the
-// mark, which it does after raising the watermark (flusher.bump), and the
+// mark, which it does after raising the watermark (flusher.raise), and the
 // check finds the old item flushed.
 func (s *Store) begin(op *writeOp) int64 {
 	now := s.clock()
