@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"sync"
-	"time"
 
 	"spillway/protocol"
 )
@@ -87,7 +86,7 @@ func (c *conn) serveBinary() bool {
 	if s.verbose(2) {
 		s.cfg.Logger.Debug("request", "cmd", req.Opcode.String(), "key", string(req.Key))
 	}
-	start := time.Now()
+	start := s.monoNow()
 	req.Twin(&c.req)
 	switch op := req.Opcode.Base(); {
 	case op == protocol.OpSet || op == protocol.OpAdd || op == protocol.OpReplace:

@@ -38,7 +38,7 @@ type conn struct {
 	// (latency.go), and lastEnd when the last request's reply was
 	// buffered: the start of one pipelined behind it.
 	latency pendingLatency
-	lastEnd time.Time
+	lastEnd monotime
 	// local counts this connection's commands; it is added to the server's
 	// totals once per batch so that cores do not fight over shared counters.
 	local counters
@@ -251,8 +251,8 @@ func (c *conn) serve() {
 			s.cfg.Logger.Debug("request", "cmd", c.req.Command.String(), "key", string(c.req.Key))
 		}
 		start := c.lastEnd
-		if waited || c.counted.read != read || start.IsZero() {
-			start = time.Now()
+		if waited || c.counted.read != read || start == 0 {
+			start = s.monoNow()
 		}
 		c.handle(&c.req)
 		c.lastEnd = c.observe(c.req.Command, start)
@@ -302,7 +302,7 @@ type countingConn struct {
 	c             *conn
 	read, written uint64
 	// writeBy is the write deadline last set (Write).
-	writeBy time.Time
+	writeBy monotime
 }
 
 func (c *countingConn) Read(p []byte) (int, error) {
@@ -321,9 +321,9 @@ func (c *countingConn) Read(p []byte) (int, error) {
 // rather than at every reply.
 func (c *countingConn) Write(p []byte) (int, error) {
 	if d := c.c.srv.cfg.WriteTimeout; d > 0 {
-		if now := time.Now(); c.writeBy.Sub(now) < d-d/16 {
-			c.writeBy = now.Add(d)
-			c.Conn.SetWriteDeadline(c.writeBy)
+		if now := c.c.srv.monoNow(); time.Duration(c.writeBy-now) < d-d/16 {
+			c.writeBy = now + monotime(d)
+			c.Conn.SetWriteDeadline(c.c.srv.deadline(c.writeBy))
 		}
 	}
 	n, err := c.Conn.Write(p)

@@ -107,11 +107,25 @@ func (p *pendingLatency) flush(t *latencyTotals) {
 // observe counts a request of cmd that started at start and whose reply
 // is buffered now, and returns now: the start of a request pipelined
 // behind it (serve).
-func (c *conn) observe(cmd protocol.Command, start time.Time) time.Time {
-	now := time.Now()
-	c.latency.add(&c.srv.latencies, cmd, int64(now.Sub(start)))
+func (c *conn) observe(cmd protocol.Command, start monotime) monotime {
+	now := c.srv.monoNow()
+	c.latency.add(&c.srv.latencies, cmd, int64(now-start))
 	return now
 }
+
+// monotime is a reading of the monotonic clock (monoNow): the time since
+// the server's clockBase. A request's latency needs only that clock, and
+// reading it alone (time.Since of a time that has a monotonic reading)
+// costs about two thirds of time.Now, which reads the wall clock too: 24
+// against 38 ns here, where a request at pipeline 16 costs about 1.2 µs.
+// The base is the server's, not the process's, so that a test's fake
+// clock (testing/synctest) is read against a base of its own.
+type monotime time.Duration
+
+func (s *Server) monoNow() monotime { return monotime(time.Since(s.clockBase)) }
+
+// deadline is the time of the reading m.
+func (s *Server) deadline(m monotime) time.Time { return s.clockBase.Add(time.Duration(m)) }
 
 // latencyCollector exports latencyTotals as spillway_request_duration_seconds.
 type latencyCollector struct {

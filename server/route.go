@@ -219,8 +219,12 @@ func (s *Server) putValue(buf *[]byte) {
 	}
 }
 
-// keepValueBuffer is the largest value buffer the pool keeps.
-const keepValueBuffer = 64 << 10
+// keepValueBuffer is the largest value buffer the pool keeps, and
+// valueBuffer the size of a new one.
+const (
+	keepValueBuffer = 64 << 10
+	valueBuffer     = 2 << 10
+)
 
 // startRead looks at one key of readKeys: held here, sent to the node the
 // picker chose, or to be filled here.

@@ -23,9 +23,9 @@ type router interface {
 	// to serve and change.
 	ownsNow(key string) bool
 	// held returns what this node holds of key and may serve now. An
-	// owned value is appended to buf if buf is not nil (store.GetAppend):
-	// it then aliases buf, for a caller that writes it out before it
-	// reads another.
+	// owned value is copied into buf's array if it fits
+	// (store.GetAppend): it then aliases buf, for a caller that writes it
+	// out before it reads another.
 	held(key string, buf []byte) (store.Item, bool)
 	// keepHere reports whether a read of key, which this node does not
 	// hold, should be filled here and the key kept as a copy (a hot key

@@ -160,8 +160,11 @@ type Server struct {
 	// requests to answer (conn.awaitInput).
 	readers, writers sync.Pool
 	// values holds the buffers (*[]byte) one-key reads copy a value
-	// read from another node into (readKey).
+	// into (get, readKey): from the owned store, or from another node.
 	values sync.Pool
+	// clockBase is what request latencies and write deadlines are read
+	// against (monotime).
+	clockBase time.Time
 
 	releaseOnce sync.Once
 }
@@ -196,8 +199,15 @@ func New(cfg Config) (*Server, error) {
 	s.originSem = make(chan struct{}, cfg.OriginConcurrency)
 	s.metrics = newMetrics(s)
 	s.rt = local{s}
+	s.clockBase = time.Now()
 	s.readers.New = s.newReader
-	s.values.New = func() any { return new([]byte) }
+	s.values.New = func() any {
+		// Values up to this size are read without allocating; a nil
+		// buffer would have every read of the owned store carve its
+		// value from a new chunk (store.copyOut).
+		b := make([]byte, 0, valueBuffer)
+		return &b
+	}
 	s.writers.New = func() any { return protocol.NewWriter(nil) }
 	s.routed = cfg.Cluster != nil || cfg.Origin != nil
 	if cfg.Cluster != nil {

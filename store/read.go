@@ -147,18 +147,18 @@ func (sh *shard) read(key string, h uint64, fetch bool, dst []byte) (it Item, fo
 	return it, true, true
 }
 
-// copyOut copies a value out of a segment for a read: appended to dst if
-// dst is not nil (GetAppend), else into memory of its own. Small values are
+// copyOut copies a value out of a segment for a read: into dst's array if
+// it fits (GetAppend), else into memory of its own. Small values are
 // carved from chunks of copyChunk bytes rather than allocated one by one:
 // the chunks come from a sync.Pool, which keeps one per P, so concurrent
 // reads do not share one. Each copy's capacity is its length, so a caller
 // cannot append into its neighbour; a chunk lives as long as any value cut
 // from it does.
 func copyOut(b, dst []byte) []byte {
-	if dst != nil {
+	n := len(b)
+	if n <= cap(dst) {
 		return append(dst[:0], b...)
 	}
-	n := len(b)
 	if n > copyChunk/8 {
 		return clone(b)
 	}

@@ -175,12 +175,12 @@ func (s *Store) Get(key string) (Item, bool) {
 	return s.eng.get(key, s.hash(key), true, nil)
 }
 
-// GetAppend is Get with the value appended to dst[:0] when the store
-// copies values out (the Segments engine, whose memory is reused): a
-// caller that reuses dst reads without allocating. The value then
-// aliases dst's array (or a new one, if it did not fit). With a nil dst
-// it is Get. The Ristretto engine's values are immutable and returned as
-// they are.
+// GetAppend is Get with the value copied into dst's array, if it fits,
+// when the store copies values out (the Segments engine, whose memory is
+// reused): a caller that reuses dst reads without allocating. The value
+// then aliases dst's array; one that does not fit gets memory of its own,
+// as from Get. The Ristretto engine's values are immutable and returned
+// as they are.
 func (s *Store) GetAppend(key string, dst []byte) (Item, bool) {
 	return s.eng.get(key, s.hash(key), true, dst[:0])
 }
