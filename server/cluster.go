@@ -107,6 +107,10 @@ type ClusterConfig struct {
 	// node's view back. The history checker uses it to make views
 	// disagree for seconds, as they can on a real network.
 	viewGate func(members []string)
+	// beforeOwnedRead, if set, is called before a read of an owned key
+	// looks in the store (cluster.heldNoWait): a test makes a write land
+	// there.
+	beforeOwnedRead func(key string)
 	// join and dial, if set, replace gossip (peers.Join) and TCP to peer
 	// ports: tests run nodes in one process, on an in-memory network.
 	join func(cfg peers.Config, onChange func(*ring.Ring)) (membership, error)

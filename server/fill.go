@@ -226,8 +226,11 @@ func (s *Server) fillForPeer(key string) readResult {
 	if !s.cl.owns(v, key) {
 		return readResult{}
 	}
+	// Each look in the store is followed by the wait for a write round,
+	// not preceded (see cluster.heldNoWait).
+	it, ok := s.store.Get(key)
 	s.cl.holders.await(key, s.cl.cfg.InvalidateTimeout)
-	if it, ok := s.store.Get(key); ok {
+	if ok {
 		return readResult{it, true}
 	}
 	led := false
@@ -235,7 +238,9 @@ func (s *Server) fillForPeer(key string) readResult {
 	res, _, shared := s.flights.Do(key, func() (any, error) {
 		led = true
 		gen := s.gens.current(key)
-		if it, ok := s.store.Get(key); ok {
+		it, ok := s.store.Get(key)
+		s.cl.holders.await(key, s.cl.cfg.InvalidateTimeout)
+		if ok {
 			return flight{readResult{it, true}, gen}, nil
 		}
 		return flight{s.fillOwned(key, v, s.cfg.Now(), gen), gen}, nil

@@ -129,8 +129,8 @@ func (c *conn) peerRequest(req *protocol.Request) bool {
 			c.w.Line("NS")
 			return true
 		}
-		it, ok := s.rt.held(key, nil)
-		if !ok && cl.fillable(key) {
+		it, ok, writing := cl.heldNoWait(key, nil)
+		if writing || !ok && cl.fillable(key) {
 			c.w.Line("NS")
 			return true
 		}

@@ -32,15 +32,40 @@ type readResult struct {
 }
 
 // held serves key from what this node holds: the owned store if it owns
-// the key in its current view, then the copies.
+// the key in its current view, then the copies. A read of an owned key
+// that a write round is open for waits for the round (holders.await).
 func (cl *cluster) held(key string, buf []byte) (store.Item, bool) {
-	if cl.owns(cl.view.Load(), key) {
+	it, ok, writing := cl.heldNoWait(key, buf)
+	if writing {
 		cl.holders.await(key, cl.cfg.InvalidateTimeout)
-		if it, ok := cl.srv.store.GetAppend(key, buf); ok {
-			return it, true
+	}
+	return it, ok
+}
+
+// heldNoWait is held for a caller that may not wait: writing reports that
+// a write round of the owned key was open after the read, and the item
+// must then not be served before the round ends.
+//
+// The round is looked at after the read, never only before it: a write
+// whose round opened after that look could store its value before the
+// read, which would serve it while the write's invalidations are on their
+// way; another holder could then serve the value before it to a later
+// read (new, then old). A write stores only once its round is open
+// (claimWrite), so a read that finds its value finds the round open after,
+// or the round over and every copy invalidated.
+func (cl *cluster) heldNoWait(key string, buf []byte) (it store.Item, ok, writing bool) {
+	if cl.owns(cl.view.Load(), key) {
+		if h := cl.cfg.beforeOwnedRead; h != nil {
+			h(key)
+		}
+		it, ok = cl.srv.store.GetAppend(key, buf)
+		writing = cl.holders.roundOpen(key)
+		if ok {
+			return it, true, writing
 		}
 	}
-	return cl.copies.Get(key) // the copy store's memory: never written to
+	it, ok = cl.copies.Get(key) // the copy store's memory: never written to
+	return it, ok, writing
 }
 
 // keepHere counts a read of key that this node does not hold, and reports

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -341,4 +342,47 @@ func startDrain(t *testing.T, tune func(*Config), count int) (n *fakeNet, nodes 
 	go func() { stopped <- nodes[2].srv.Shutdown(context.Background()) }()
 	settle(t, nodes[:2])
 	return n, nodes, w, keys, stopped
+}
+
+// A read at the owner that looks in the store after a write stored its
+// value, the write's round having opened after any look for one before
+// the read, must not answer before the round ends: the holder that the
+// write is still invalidating would serve the value before it to a later
+// read (new, then old). Here the holder does not answer, so the round
+// ends at the invalidation timeout, and the read with it.
+func TestRoutingOwnedReadWaitsForRoundItFound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, func(c *Config) { c.Origin = &countingOrigin{} })
+		owner, holder := nodes[0], nodes[1]
+		key := ownedBy(owner, owner.name, "r", 1)[0]
+		w := dialPipe(t, n, owner.client())
+		w.send("set " + key + " 0 0 2\r\nv1\r\n")
+		w.expect("STORED\r\n")
+		if got := spillRead(t, n, holder, owner.name, key); got != "v1" {
+			t.Fatalf("spilled read at the holder: %q", got)
+		}
+		synctest.Wait() // ristretto admits the copy on a goroutine of its own
+		n.hang(holder.peer())
+
+		// The write lands between the read's start and its look in the
+		// store: it opens its round, stores v2 and waits for the holder.
+		var once sync.Once
+		owner.srv.cl.cfg.beforeOwnedRead = func(k string) {
+			if k == key {
+				once.Do(func() {
+					w.send("set " + key + " 0 0 2\r\nv2\r\n")
+					synctest.Wait()
+				})
+			}
+		}
+		r := dialPipe(t, n, owner.client())
+		start := time.Now()
+		r.send("get " + key + "\r\n")
+		r.expect("VALUE " + key + " 0 2\r\nv2\r\nEND\r\n")
+		if took := time.Since(start); took != DefaultInvalidateTimeout {
+			t.Errorf("the read found v2 and answered after %v; want the end of the write's round, %v", took, DefaultInvalidateTimeout)
+		}
+		w.expect("STORED\r\n")
+		n.resume(holder.peer())
+	})
 }
