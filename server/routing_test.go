@@ -113,6 +113,10 @@ func TestRoutingInvalidationTimeout(t *testing.T) {
 		if got := owner.srv.counters[ctrLostInvalidations].Load(); got != 1 {
 			t.Errorf("lost invalidations: %d, want 1", got)
 		}
+		// The delete waits on its shared connection for the peer timeout;
+		// had the connection been reset before, the delete would have been
+		// sent once more, and the copy dropped at once.
+		time.Sleep(DefaultPeerTimeout)
 		n.resume(holder.peer())
 
 		// The copy lives on, stale, for what is left of its TTL.

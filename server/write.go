@@ -249,7 +249,11 @@ func (s *Server) invalidate(key string, prev <-chan struct{}) {
 		return
 	}
 	v := s.cl.view.Load()
-	line := wire.DeleteLine(key, " O"+s.cl.tag(tagInval))
+	// The deletes go on the connections the holder's reads share
+	// (wire.Client.Delete): one sent twice drops nothing more. The key is
+	// copied: a holder's delete may outlast the request's buffer (the
+	// timeout below).
+	key, tag := strings.Clone(key), s.cl.tag(tagInval)
 	type answer struct {
 		node string
 		err  error
@@ -269,7 +273,7 @@ func (s *Server) invalidate(key string, prev <-chan struct{}) {
 		pending[id] = true
 		s.counters[ctrInvalidations].Add(1)
 		go func() {
-			_, err := s.cl.exchange(pc, line, nil)
+			_, err := pc.Delete(s.cl.cfg.PeerTimeout, key, tag)
 			answers <- answer{id, err}
 		}()
 	}

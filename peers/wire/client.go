@@ -394,6 +394,18 @@ func DeleteLine(key, flags string) []byte {
 	return append(b, flags...)
 }
 
+// appendDelete appends a meta delete of key with tag as its opaque token
+// (Delete), without the line's end.
+func appendDelete(line []byte, key, tag string) []byte {
+	line = append(line, "md "...)
+	line, b64 := protocol.AppendKey(line, key)
+	if b64 {
+		line = append(line, " b"...)
+	}
+	line = append(line, " O"...)
+	return append(line, tag...)
+}
+
 // ControlLine builds the ms that carries a membership message of n bytes:
 // its verb is the key, tag the opaque token.
 func ControlLine(verb, tag string, n int) []byte {

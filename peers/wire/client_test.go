@@ -62,10 +62,12 @@ func (p *fakePeer) serve(nc net.Conn) {
 		switch {
 		case p.silent.Load():
 			continue
-		case f[0] == "mg" && p.hangUp.Add(-1) >= 0:
+		case (f[0] == "mg" || f[0] == "md") && p.hangUp.Add(-1) >= 0:
 			return
 		case f[0] == "mg" && f[1] == p.notHeld:
 			w.WriteString("NS\r\n")
+		case f[0] == "md" && f[1] == p.notHeld:
+			w.WriteString("NF\r\n")
 		case f[0] == "mg":
 			v := strings.Repeat(f[1], p.size)
 			fmt.Fprintf(w, "VA %d f0 c1 t-1\r\n%s\r\n", len(v), v)

@@ -32,11 +32,12 @@ import (
 // owner of a spilled key) is answered "NS", ErrNotHeld here, and the caller
 // asks again on a connection of its own (Open).
 //
-// Only reads travel here. A read the peer may have served twice is
-// harmless, so a call whose connection failed before its reply is tried
-// once more on a new connection: the peer closes idle connections, and a
-// request may cross its close. Writes keep an exchange per pooled
-// connection (Exchange), never sent twice.
+// Only requests that may be served twice travel here: reads, and the
+// deletes of copies that invalidate them (Delete), which drop nothing a
+// second time that the first did not. So a call whose connection failed
+// before its reply is tried once more on a new connection: the peer
+// closes idle connections, and a request may cross its close. Writes keep
+// an exchange per pooled connection (Exchange), never sent twice.
 //
 // Each call's reply must come within the timeout of the moment it was
 // queued, whatever comes after it. A value over MaxValue fails its own
@@ -88,8 +89,9 @@ type muxConn struct {
 	read    sync.WaitGroup
 }
 
-// call is one Read under way.
+// call is one Read or Delete under way.
 type call struct {
+	del  bool      // a Delete: its reply is HD or NF, v.Found says which
 	buf  []byte    // the caller's; the value is copied here
 	sent time.Time // when it was queued: its reply is due a timeout later
 	v    Value
@@ -104,6 +106,22 @@ type call struct {
 // Data aliases it. A key the peer does not hold and would have to fill
 // is ErrNotHeld.
 func (c *Client) Read(timeout time.Duration, key, tag string, buf []byte) (Value, error) {
+	return c.shared(timeout, false, key, tag, buf)
+}
+
+// Delete sends "md <key> O<tag>" on a connection shared with other
+// callers, within timeout, and reports whether the peer had the key (HD)
+// or not (NF). Only a delete that may be sent twice belongs here: the
+// invalidation of a copy, which a second time finds nothing or a copy the
+// write it announces made stale anyway.
+func (c *Client) Delete(timeout time.Duration, key, tag string) (found bool, err error) {
+	v, err := c.shared(timeout, true, key, tag, nil)
+	return v.Found, err
+}
+
+// shared runs one call on a shared connection: sent, answered, and sent once
+// more if its connection failed first.
+func (c *Client) shared(timeout time.Duration, del bool, key, tag string, buf []byte) (Value, error) {
 	cl, _ := c.calls.Get().(*call)
 	if cl == nil {
 		cl = &call{done: make(chan struct{}, 1)}
@@ -115,7 +133,7 @@ func (c *Client) Read(timeout time.Duration, key, tag string, buf []byte) (Value
 		if err != nil {
 			return Value{}, err
 		}
-		cl.buf, cl.v, cl.err, cl.lost = buf[:0], Value{}, nil, false
+		cl.del, cl.buf, cl.v, cl.err, cl.lost = del, buf[:0], Value{}, nil, false
 		if !mc.send(cl, key, tag) {
 			continue // it failed before taking the call: nothing sent
 		}
@@ -244,7 +262,11 @@ func (mc *muxConn) send(cl *call, key, tag string) bool {
 		mc.mu.Unlock()
 		return false
 	}
-	mc.out = AppendGet(mc.out, key, tag, "")
+	if cl.del {
+		mc.out = appendDelete(mc.out, key, tag)
+	} else {
+		mc.out = AppendGet(mc.out, key, tag, "")
+	}
 	mc.out = append(mc.out, "\r\n"...)
 	cl.sent = time.Now()
 	mc.pending = append(mc.pending, cl)
@@ -313,6 +335,11 @@ func (mc *muxConn) readReplies() {
 			cl.done <- struct{}{}
 			continue
 		}
+		if cl.del {
+			cl.v, cl.err = parseDeleted(line, data)
+			cl.done <- struct{}{}
+			continue
+		}
 		cl.v, cl.err = parseValue(line, data)
 		if cl.v.Found {
 			cl.buf = append(cl.buf, cl.v.Data...)
@@ -341,4 +368,15 @@ func (mc *muxConn) fail(err error) {
 		cl.err, cl.lost = err, true
 		cl.done <- struct{}{}
 	}
+}
+
+// parseDeleted reads the reply to a Delete.
+func parseDeleted(line, data []byte) (Value, error) {
+	switch {
+	case data == nil && string(line) == "HD":
+		return Value{Found: true}, nil
+	case data == nil && string(line) == "NF":
+		return Value{}, nil
+	}
+	return Value{}, replyError(line)
 }

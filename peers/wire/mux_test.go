@@ -222,3 +222,43 @@ func TestReadValueOverMaxValue(t *testing.T) {
 		p.served.Wait()
 	})
 }
+
+// Deletes (the invalidations of copies) share the reads' connections:
+// each gets its own answer, HD or NF, in among reads, and one whose
+// connection was lost before its answer is sent once more.
+func TestDeleteSharesConnections(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &fakePeer{size: 2, notHeld: "gone"}
+		c := New(Config{Addr: "peer", Dial: p.dial, MuxConns: 1})
+		var wg sync.WaitGroup
+		for i := range 100 {
+			wg.Go(func() {
+				key := fmt.Sprintf("key%d", i)
+				switch i % 3 {
+				case 0:
+					if found, err := c.Delete(time.Second, key, "inv.x"); err != nil || !found {
+						t.Errorf("delete %s: %v, %v; want found", key, found, err)
+					}
+				case 1:
+					if found, err := c.Delete(time.Second, "gone", "inv.x"); err != nil || found {
+						t.Errorf("delete of a key the peer lacks: %v, %v; want not found", found, err)
+					}
+				default:
+					if v, err := c.Read(time.Second, key, "hld.x", nil); err != nil || string(v.Data) != key+key {
+						t.Errorf("read %s among deletes: %q, %v", key, v.Data, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		p.hangUp.Store(1)
+		if found, err := c.Delete(time.Second, "k", "inv.x"); err != nil || !found {
+			t.Errorf("delete after a lost connection: %v, %v; want it sent again and found", found, err)
+		}
+		if got := p.conns.Load(); got != 2 {
+			t.Errorf("connections dialled: %d, want 2", got)
+		}
+		c.Close()
+		p.served.Wait()
+	})
+}
