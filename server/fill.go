@@ -52,7 +52,7 @@ func (u *unreachable) has(id string) bool {
 // generation when the fill started.
 type flight struct {
 	res readResult
-	gen uint64
+	gen generation
 }
 
 // fillAvoiding is fill for a read whose request has seen the nodes in bad
@@ -74,7 +74,7 @@ func (s *Server) fillAvoiding(key string, bad *unreachable) readResult {
 	})
 	s.countMerged(shared, led)
 	f := v.(flight)
-	if f.gen < joined {
+	if f.gen.before(joined) {
 		// The fill started before a write this reader may have seen
 		// acknowledged: what it fetched may be older than that write.
 		return readResult{}
@@ -84,7 +84,7 @@ func (s *Server) fillAvoiding(key string, bad *unreachable) readResult {
 
 // fill fetches key for a fill that started at generation gen: as its
 // owner, or from its owner as a copy.
-func (cl *cluster) fill(key string, bad *unreachable, gen uint64) readResult {
+func (cl *cluster) fill(key string, bad *unreachable, gen generation) readResult {
 	s := cl.srv
 	now := s.cfg.Now()
 	v := s.cl.view.Load()
@@ -131,7 +131,7 @@ func (s *Server) countMerged(shared, led bool) {
 
 // fillOwned fills a key this node owns: from its previous owner during the
 // grace period after a membership change, then from the origin.
-func (s *Server) fillOwned(key string, v *view, now time.Time, gen uint64) readResult {
+func (s *Server) fillOwned(key string, v *view, now time.Time, gen generation) readResult {
 	if prev := v.previousOwner(key, s.cl.id, now); prev != "" {
 		if pc, d := v.warmFrom(prev); pc != nil {
 			res, err := s.cl.read(pc, []string{key}, tagWarm, "")
@@ -191,7 +191,7 @@ func (s *Server) settleMoved(v *view, key string, needValue bool) error {
 // touched or flushed the key since the fill started at generation gen (the
 // write wins, and the reader gets the current item or a miss), or this
 // node's view changed from v meanwhile (nil: a single node).
-func (s *Server) keepOwned(r readResult, v *view, gen uint64) readResult {
+func (s *Server) keepOwned(r readResult, v *view, gen generation) readResult {
 	if !r.found {
 		return r
 	}
@@ -247,7 +247,7 @@ func (s *Server) fillForPeer(key string) readResult {
 	})
 	s.countMerged(shared, led)
 	f := res.(flight)
-	if f.gen < joined {
+	if f.gen.before(joined) {
 		return readResult{}
 	}
 	return f.res

@@ -159,7 +159,7 @@ func (cl *cluster) onHandover(payload []byte) []byte {
 	now := s.cfg.Now()
 	type warm struct {
 		keys []string
-		gens []uint64
+		gens []generation
 	}
 	from := make(map[string]*warm)
 	for _, l := range lines {

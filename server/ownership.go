@@ -141,14 +141,32 @@ func (h *viewHistory) valid(key string, seq uint64, self string, now func() time
 // started before one of them does not keep (or hand to a later reader)
 // what it fetched. Keys share a stripe: a write to one only makes a fill
 // of another in the same stripe give up keeping its result, once.
+//
+// The copy drops of a change of ownership (dropCopies) are counted apart:
+// they fence copy fills, not owned ones, which their view fences.
 type fillGens struct {
 	stripes [256]fillGen
 }
 
 type fillGen struct {
-	mu  sync.Mutex
-	gen uint64 // guarded by mu
-	_   [48]byte
+	mu     sync.Mutex
+	writes uint64 // guarded by mu
+	copies uint64 // guarded by mu; the copy drops
+	_      [40]byte
+}
+
+// generation is a key's generation, read when a fill starts.
+type generation struct {
+	writes uint64 // the stripe's writes, invalidations and flushes
+	copies uint64 // the copy drops
+}
+
+// before reports whether a fill that started at g started before
+// something that a fill starting at o would have been fenced by: a reader
+// that joins a fill started before a write, or a copy drop, it may have
+// seen takes a miss.
+func (g generation) before(o generation) bool {
+	return g.writes < o.writes || g.copies < o.copies
 }
 
 func (g *fillGens) stripe(key string) *fillGen {
@@ -156,38 +174,63 @@ func (g *fillGens) stripe(key string) *fillGen {
 }
 
 // current returns key's generation.
-func (g *fillGens) current(key string) uint64 {
+func (g *fillGens) current(key string) generation {
 	st := g.stripe(key)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.gen
+	return generation{writes: st.writes, copies: st.copies}
 }
 
 // bump moves key's generation on: fills under way do not keep their result.
 func (g *fillGens) bump(key string) {
 	st := g.stripe(key)
 	st.mu.Lock()
-	st.gen++
+	st.writes++
 	st.mu.Unlock()
 }
 
-// bumpAll moves every generation on, for flush_all and view changes.
+// bumpAll moves every generation on, for a flush (flush_all, or this node
+// declared dead): no fill under way keeps its result.
 func (g *fillGens) bumpAll() {
 	for i := range g.stripes {
 		st := &g.stripes[i]
 		st.mu.Lock()
-		st.gen++
+		st.writes++
 		st.mu.Unlock()
 	}
 }
 
-// keep runs store under key's stripe lock if key's generation is still
-// gen, and reports whether it ran.
-func (g *fillGens) keep(key string, gen uint64, store func()) bool {
+// bumpCopies counts a drop of every copy: copy fills under way do not
+// keep their result; owned fills do.
+func (g *fillGens) bumpCopies() {
+	for i := range g.stripes {
+		st := &g.stripes[i]
+		st.mu.Lock()
+		st.copies++
+		st.mu.Unlock()
+	}
+}
+
+// keep runs store, for an owned fill, under key's stripe lock if no
+// write, invalidation or flush of key came in since gen, and reports
+// whether it ran.
+func (g *fillGens) keep(key string, gen generation, store func()) bool {
 	st := g.stripe(key)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.gen != gen {
+	if st.writes != gen.writes {
+		return false
+	}
+	store()
+	return true
+}
+
+// keepCopy is keep for a copy fill: a copy drop since gen fences it too.
+func (g *fillGens) keepCopy(key string, gen generation, store func()) bool {
+	st := g.stripe(key)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.writes != gen.writes || st.copies != gen.copies {
 		return false
 	}
 	store()

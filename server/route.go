@@ -356,7 +356,7 @@ var (
 // A node that is leaving keeps none: the owners drop it from their views
 // and would not tell it of later writes, while it may still answer the
 // clients it has.
-func (s *Server) putCopy(it store.Item, now time.Time, gen uint64) {
+func (s *Server) putCopy(it store.Item, now time.Time, gen generation) {
 	if s.cl.leftView.Load() {
 		return
 	}
@@ -364,7 +364,7 @@ func (s *Server) putCopy(it store.Item, now time.Time, gen uint64) {
 	if it.Expires.IsZero() || it.Expires.After(limit) {
 		it.Expires = limit
 	}
-	s.gens.keep(it.Key, gen, func() { s.cl.copies.Put(it) })
+	s.gens.keepCopy(it.Key, gen, func() { s.cl.copies.Put(it) })
 }
 
 // dropCopy removes this node's copy of key because the key was written or
@@ -379,8 +379,20 @@ func (s *Server) dropCopy(key string) {
 
 // dropCopies drops every copy this node holds, and fences the copy fills
 // under way, on a change of ownership.
+//
+// It leaves the owned fills under way alone (bumpCopies, not bumpAll):
+// one that read an older view keeps nothing anyway (keepOwned), and one
+// that read the current view fills a key this node owns in it. Fencing
+// them lost a leaver's keys: when node2 leaves, node0 and node1 both gain
+// keys and fence each other (settle). node0's own fence is answered, so
+// it owns its gained keys; node2's handover reaches it, and onHandover
+// takes the keys' generations and reads them from node2; node1's fence
+// reaches node0 now (it settles on its own time, as late as its gossip)
+// and drops node0's copies; the warm read answers, and not one key is
+// kept. The keys nobody read before node2 was gone were then loaded from
+// the origin.
 func (cl *cluster) dropCopies() {
-	cl.srv.gens.bumpAll()
+	cl.srv.gens.bumpCopies()
 	cl.copies.Flush(0)
 }
 

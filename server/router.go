@@ -43,7 +43,7 @@ type router interface {
 	readHeld(id, key string, buf []byte) (readResult, error)
 	// fill loads a key this node does not hold, for a fill that started
 	// at the key's generation gen, without asking the nodes in bad.
-	fill(key string, bad *unreachable, gen uint64) readResult
+	fill(key string, bad *unreachable, gen generation) readResult
 
 	// claim makes this node the one to run c's write req and reports
 	// true, or answers it (forwarded or refused) and reports false.
@@ -85,7 +85,7 @@ func (local) keepHere(string) bool { return false }
 
 func (local) readHeld(string, string, []byte) (readResult, error) { return readResult{}, errNoPeer }
 
-func (l local) fill(key string, _ *unreachable, gen uint64) readResult {
+func (l local) fill(key string, _ *unreachable, gen generation) readResult {
 	return l.s.keepOwned(l.s.loadOrigin(key), nil, gen)
 }
 
