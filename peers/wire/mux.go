@@ -129,7 +129,7 @@ func (c *Client) shared(timeout time.Duration, del bool, key, tag string, buf []
 	defer c.calls.Put(cl)
 	retried := false
 	for {
-		mc, err := c.muxConn(timeout)
+		mc, err := c.muxConn(timeout, del)
 		if err != nil {
 			return Value{}, err
 		}
@@ -156,8 +156,11 @@ func retryable(err error) bool {
 }
 
 // muxConn returns one of the shared connections, dialing it if it is not
-// open or failed.
-func (c *Client) muxConn(timeout time.Duration) (*muxConn, error) {
+// open or failed. A caller that must reach the peer if it can (noBackoff:
+// an invalidation, which lost leaves a stale copy served) dials even
+// within the backoff of a failed dial: the peer may be back, restarted
+// at the same address.
+func (c *Client) muxConn(timeout time.Duration, noBackoff bool) (*muxConn, error) {
 	sl := &c.mux.slots[int(c.mux.next.Add(1))%len(c.mux.slots)]
 	sl.mu.Lock()
 	for {
@@ -178,7 +181,7 @@ func (c *Client) muxConn(timeout time.Duration) (*muxConn, error) {
 			return nil, err
 		}
 	}
-	if sl.dialErr != nil && time.Now().Before(sl.retryAt) {
+	if sl.dialErr != nil && !noBackoff && time.Now().Before(sl.retryAt) {
 		err := sl.dialErr
 		sl.mu.Unlock()
 		return nil, err
