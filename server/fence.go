@@ -292,7 +292,7 @@ func (cl *cluster) control(verb string, payload []byte) []byte {
 		return cl.onHandover(payload)
 	case "copies":
 		// flush_all's second round (see conn.flushAll).
-		cl.dropCopies()
+		cl.dropCopiesAfterFlush()
 		return []byte("dropped")
 	}
 	return nil

@@ -123,7 +123,7 @@ func (cl *cluster) flushOthers(delay int64) (failed, total int) {
 			cl.log.Info("flush_all did not reach an owner that left; not warming from it", "node", id, "err", err)
 		}
 	}
-	cl.dropCopies()
+	cl.dropCopiesAfterFlush()
 	return cl.broadcast("flush_all's copy drop", func(pc *wire.Client) error {
 		_, err := cl.sendControl(pc, "copies", nil)
 		return err

@@ -396,6 +396,15 @@ func (cl *cluster) dropCopies() {
 	cl.copies.Flush(0)
 }
 
+// dropCopiesAfterFlush is dropCopies for flush_all's second round, which
+// fences every fill under way, owned ones too, as the flush itself did
+// (flushLocal): between the rounds, a new owner may still have warmed a
+// key from a previous owner the flush had not reached yet.
+func (cl *cluster) dropCopiesAfterFlush() {
+	cl.srv.gens.bumpAll()
+	cl.copies.Flush(0)
+}
+
 // flushLocal empties this node's owned store and copies, now or at
 // now+delay, and fences the fills under way.
 func (s *Server) flushLocal(delay time.Duration) {
