@@ -253,7 +253,7 @@ func (s *Server) invalidate(key string, prev <-chan struct{}) {
 	// (wire.Client.Delete): one sent twice drops nothing more. The key is
 	// copied: a holder's delete may outlast the request's buffer (the
 	// timeout below).
-	key, tag := strings.Clone(key), s.cl.tag(tagInval)
+	kept, tag := strings.Clone(key), s.cl.tag(tagInval)
 	type answer struct {
 		node string
 		err  error
@@ -273,7 +273,7 @@ func (s *Server) invalidate(key string, prev <-chan struct{}) {
 		pending[id] = true
 		s.counters[ctrInvalidations].Add(1)
 		go func() {
-			_, err := pc.Delete(s.cl.cfg.PeerTimeout, key, tag)
+			_, err := pc.Delete(s.cl.cfg.PeerTimeout, kept, tag)
 			answers <- answer{id, err}
 		}()
 	}
