@@ -551,6 +551,21 @@ func joinBehindProxy(t *testing.T, prefix string) ([]*testNode, string, *holdPro
 // value it fetched.
 func TestCoherenceWarmFillFencedByDelete(t *testing.T) {
 	nodes, key, proxy := joinBehindProxy(t, "c4w")
+	// node0 hands node2 the keys node2 took from it as node2 joins
+	// (handBack, handover.go), in the background: node2 warms them from
+	// node0 within milliseconds, and a get that came after that was a hit
+	// at node2, with no read through the proxy (1 run in 3 failed so).
+	// Let the handover bring the key (node0 hands it over once), then
+	// evict it at node2 only, as memory pressure would: node0 still holds
+	// it and the grace still runs, so node2's next miss warms it from
+	// node0.
+	waitFor(t, func() bool { _, ok := nodes[2].srv.store.Peek(key); return ok })
+	if err := nodes[2].srv.store.Delete(key); err != nil {
+		t.Fatalf("evict %s at node2: %v", key, err)
+	}
+	if _, ok := nodes[0].srv.store.Peek(key); !ok {
+		t.Fatalf("arrangement: node0 no longer holds %s", key)
+	}
 	proxy.arm("mg " + key + " ")
 	r := dialRaw(t, nodes[2].addr)
 	r.send("get " + key + "\r\n") // node2 warms it from node0: the reply is held
