@@ -46,6 +46,11 @@ type Meta struct {
 	// are sent reads the older way, so both can share keys while a
 	// cluster is upgraded.
 	SharedReads bool `json:"s,omitempty"`
+	// SharedFetches says the node also answers, on those connections, the
+	// read-through of a key spilled to another node, when it holds the
+	// key (server/peerproto.go, the held fetch tag). A capability, as
+	// SharedReads.
+	SharedFetches bool `json:"f,omitempty"`
 }
 
 // metaVersion is the first byte of an encoded Meta. The rest is JSON, so

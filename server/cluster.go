@@ -115,9 +115,9 @@ type ClusterConfig struct {
 	// ports: tests run nodes in one process, on an in-memory network.
 	join func(cfg peers.Config, onChange func(*ring.Ring)) (membership, error)
 	dial func(ctx context.Context, addr string) (net.Conn, error)
-	// noSharedReads makes the node one of before shared reads, for a
-	// test of a cluster being upgraded: it does not advertise them, and
-	// takes a held-tag read for a client's mg.
+	// noSharedReads makes the node one of before shared reads and
+	// fetches, for a test of a cluster being upgraded: it does not
+	// advertise them, and takes a held-tag read for a client's mg.
 	noSharedReads bool
 }
 
@@ -290,6 +290,7 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cfg.Peers.Meta.Protocol = peerProtocol
 	cfg.Peers.Meta.Ring = cl.ringParams()
 	cfg.Peers.Meta.SharedReads = !cfg.noSharedReads
+	cfg.Peers.Meta.SharedFetches = !cfg.noSharedReads
 	join := cfg.join
 	if join == nil {
 		join = gossipJoin

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -572,6 +574,97 @@ func TestSharedReadsOnlyToNodesThatAdvertiseThem(t *testing.T) {
 		key := keyOwnedBy(t, nodes[0], fmt.Sprintf("cold%d:", i), nodes[1].srv.ID())
 		c.send("get " + key + "\r\n")
 		c.expect("VALUE " + key + " 0 11\r\nfrom-origin\r\nEND\r\n")
+	}
+}
+
+// The read-through of a spilled or hot key asks its owner on the
+// connections shared reads use (the hgt tag), which the owner answers as
+// a fetch (get) when it holds the key — the reader registered as a holder
+// first — and at once otherwise: EN where a fetch would miss, NS where a
+// fetch would wait for a write round or fill the key.
+func TestSharedFetchAnswers(t *testing.T) {
+	origin := &countingOrigin{}
+	nodes := startCluster(t, 2, clusterOpts{origin: origin, picker: ring.PickerConfig{Epsilon: math.Inf(1)},
+		tune: func(_ string, cfg *Config) {
+			cfg.Cluster.InvalidateTimeout = time.Minute
+			cfg.Cluster.HotCopies = -1
+		}})
+	reader, owner := nodes[0], nodes[1]
+	held := keyOwnedBy(t, reader, "held:", owner.srv.ID())
+	cold := keyOwnedBy(t, reader, "cold:", owner.srv.ID())
+	writing := keyOwnedBy(t, reader, "writing:", owner.srv.ID())
+	notOwned := keyOwnedBy(t, reader, "mine:", reader.srv.ID())
+	w := dialRaw(t, owner.addr)
+	for _, k := range []string{held, writing, notOwned} {
+		w.send("set " + k + " 0 0 1\r\nv\r\n")
+		w.expect("STORED\r\n")
+	}
+	_, round := owner.srv.cl.holders.begin(writing) // a write whose invalidations have not ended
+	defer round.end()
+	p := dialRaw(t, owner.peer)
+	ask := func(key string, from uint64) string {
+		t.Helper()
+		p.send("mg " + key + " v O" + tagHeldGet + strconv.FormatUint(from, 36) + "\r\n")
+		code, _, _ := strings.Cut(p.line(), " ") // a miss echoes the tag
+		if code == "VA" {
+			return p.line()
+		}
+		return code
+	}
+	me := idHash(reader.srv.ID())
+	cases := []struct {
+		name, key string
+		from      uint64
+		want      string
+		holder    bool // the reader is registered as the key's holder after
+	}{
+		{"held", held, me, "v", true},
+		{"not held, the origin would fill it", cold, me, "NS", false},
+		{"a write round open", writing, me, "NS", false},
+		{"not owned here", notOwned, me, "EN", false},
+		{"asked by a node not in the view", held, idHash("stranger"), "EN", false},
+	}
+	for _, tc := range cases {
+		if got := ask(tc.key, tc.from); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+		took := owner.srv.cl.holders.take(tc.key, time.Now())
+		if got := slices.Contains(took, me); got != tc.holder {
+			t.Errorf("%s: reader registered as a holder: %v, want %v", tc.name, got, tc.holder)
+		}
+	}
+	if got := origin.total.Load(); got != 0 {
+		t.Errorf("origin loads for shared fetches: %d, want 0 (a fill is asked for with get)", got)
+	}
+}
+
+// A read-through that its owner answers NS on the shared connections is
+// asked again with get, on a connection of its own: the key is filled
+// and kept as a copy. A node of before shared fetches is asked with get
+// only (it would answer a shared fetch as a miss).
+func TestSharedFetchFallsBack(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("owner of before=%v", old), func(t *testing.T) {
+			nodes := startCluster(t, 2, clusterOpts{origin: &countingOrigin{}, picker: ring.PickerConfig{Epsilon: math.Inf(1)},
+				tune: func(name string, cfg *Config) {
+					cfg.Cluster.noSharedReads = old && name == "node1"
+					cfg.Cluster.HotCopies = 1 // the first read of a key is read through
+				}})
+			reader, owner := nodes[0], nodes[1]
+			c := dialRaw(t, reader.addr)
+			for i := range 5 {
+				stored := keyOwnedBy(t, reader, fmt.Sprintf("stored%d:", i), owner.srv.ID())
+				o := dialRaw(t, owner.addr)
+				o.send("set " + stored + " 0 0 6\r\nstored\r\n")
+				o.expect("STORED\r\n")
+				cold := keyOwnedBy(t, reader, fmt.Sprintf("cold%d:", i), owner.srv.ID())
+				for _, kv := range [][2]string{{stored, "stored"}, {cold, "value-of-" + cold}} {
+					c.send("get " + kv[0] + "\r\n")
+					c.expect(fmt.Sprintf("VALUE %s 0 %d\r\n%s\r\nEND\r\n", kv[0], len(kv[1]), kv[1]))
+					waitFor(t, func() bool { _, ok := reader.srv.cl.copies.Peek(kv[0]); return ok })
+				}
+			}
+		})
 	}
 }
 

@@ -70,6 +70,7 @@ func (cl *cluster) selfMeta() peers.Meta {
 	m, _ := cl.peers.Meta(cl.id)
 	m.Boot, m.Protocol, m.Ring = cl.boot, peerProtocol, cl.ringParams()
 	m.SharedReads = !cl.cfg.noSharedReads
+	m.SharedFetches = !cl.cfg.noSharedReads
 	return m
 }
 

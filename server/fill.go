@@ -97,13 +97,13 @@ func (cl *cluster) fill(key string, bad *unreachable, gen generation) readResult
 	}
 	s.counters[ctrSpilledServed].Add(1)
 	if pc := v.clients[owner]; pc != nil && !bad.has(owner) {
-		res, err := s.cl.read(pc, []string{key}, tagFetch, "")
+		res, err := s.cl.fetch(v, owner, pc, key)
 		s.counters[ctrPeerFetches].Add(1)
 		if err == nil {
-			if res[0].found {
-				s.putCopy(res[0].it, now, gen)
+			if res.found {
+				s.putCopy(res.it, now, gen)
 			}
-			return res[0]
+			return res
 		}
 		s.counters[ctrPeerErrors].Add(1)
 		bad.add(owner)
@@ -118,6 +118,32 @@ func (cl *cluster) fill(key string, bad *unreachable, gen generation) readResult
 	// failed at the dead owner, and a read at a node with a copy got the
 	// value before it), or older than a write the owner acknowledged.
 	return readResult{}
+}
+
+// fetch reads key through from its owner id, for a copy: first on the
+// connections this node's requests to id share, where the owner answers
+// if it holds the key and no write of it is under way (hgt); else, or if
+// id does not answer there (a node of before), on a connection of the
+// fill's own, where the owner may wait for a write round or fill the key.
+func (cl *cluster) fetch(v *view, id string, pc *wire.Client, key string) (readResult, error) {
+	if v.sharedFetches[id] {
+		sent := cl.srv.cfg.Now()
+		// The value is kept as a copy: it gets memory of its own.
+		val, err := pc.Read(cl.cfg.PeerTimeout, key, cl.tag(tagHeldGet), nil)
+		switch {
+		case err == nil && val.Found:
+			return readResult{cl.item(key, val, sent), true}, nil
+		case err == nil:
+			return readResult{}, nil
+		case !errors.Is(err, wire.ErrNotHeld):
+			return readResult{}, err
+		}
+	}
+	res, err := cl.read(pc, []string{key}, tagFetch, "")
+	if err != nil {
+		return readResult{}, err
+	}
+	return res[0], nil
 }
 
 // countMerged counts a read that waited for another read's fill. Only the

@@ -27,6 +27,11 @@ import (
 //	                              store or the origin, while this node owns
 //	                              the key (else EN); n is registered as a
 //	                              copy holder first
+//	mg <key> v f c t O hgt.<n>    the same on a connection n's requests
+//	                              share: served from the owned store, or NS
+//	                              at once where get would wait for a write
+//	                              round or fill (n asks again with get, on a
+//	                              connection of its own)
 //	mg <key> v f c t O old.<n>    a new owner n warming from its predecessor:
 //	                              the owned store only, within the grace
 //	md <key> O old.<n>            new owner n wrote the key: drop what is left
@@ -46,13 +51,14 @@ const (
 	tagForward = "fwd."
 	tagHeld    = "hld."
 	tagFetch   = "get."
+	tagHeldGet = "hgt."
 	tagWarm    = "old."
 	tagInval   = "inv."
 	tagControl = "ctl."
 )
 
 // tagKinds are every kind of tag.
-var tagKinds = [...]string{tagForward, tagHeld, tagFetch, tagWarm, tagInval, tagControl}
+var tagKinds = [...]string{tagForward, tagHeld, tagFetch, tagHeldGet, tagWarm, tagInval, tagControl}
 
 // notOwnerReply is the refusal of a write at a node that does not own the
 // key; the owner it believes in follows.
@@ -138,6 +144,18 @@ func (c *conn) peerRequest(req *protocol.Request) bool {
 		c.metaGetReply(req, it, ok, false)
 		return true
 	}
+	if req.Command == protocol.CmdMetaGet && kind == tagHeldGet && !cl.cfg.noSharedReads {
+		c.local[statCmdGet]++
+		buf := s.values.Get().(*[]byte)
+		defer s.putValue(buf)
+		it, ok, held := c.heldGet(node, req.Key, *buf)
+		if !held {
+			c.w.Line("NS")
+			return true
+		}
+		c.metaGetReply(req, it, ok, false)
+		return true
+	}
 	key := string(req.Key)
 	switch {
 	case req.Command == protocol.CmdMetaGet && !req.Meta.Flags.Has('T'):
@@ -202,10 +220,7 @@ func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok
 		// Register the holder before reading: a write that lands after
 		// the read then finds it and invalidates the copy. A miss gives
 		// it nothing to keep: the registration goes again.
-		if forgot := s.cl.holders.add(key, node, s.cfg.Now()); forgot > 0 {
-			s.counters[ctrLostInvalidations].Add(uint64(forgot))
-			s.cfg.Logger.Warn("copy holder registry full: forgot holders, whose copies live until the copy TTL", "forgot", forgot)
-		}
+		s.cl.addHolder(key, node)
 		r = s.fillForPeer(key)
 		s.cl.holders.done(key, node, r.found)
 	case tagWarm:
@@ -214,6 +229,48 @@ func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok
 		r.it, r.found = s.store.Get(key)
 	}
 	return r.it, r.found
+}
+
+// heldGet answers a read-through of a key spilled to node on a
+// connection that node's requests share (the hgt tag) as peerRead
+// answers one with the get tag — node registered as a holder before the
+// read; a miss, and nothing to keep, if node is not in this node's view
+// or this node does not own the key — but from the owned store only, and
+// without waiting: held is false where get would wait for a write round
+// of the key or fill it (node then asks again with get, on a connection
+// of its own). The value is copied into buf's array if it fits.
+func (c *conn) heldGet(node uint64, k, buf []byte) (it store.Item, ok, held bool) {
+	s, cl := c.srv, c.srv.cl
+	key := transient(k)
+	if _, known := cl.view.Load().byHash[node]; !known {
+		return store.Item{}, false, true
+	}
+	if cl.holders.roundOpen(key) {
+		return store.Item{}, false, false
+	}
+	kept := string(k) // the registry keeps it
+	cl.addHolder(kept, node)
+	held = true
+	if cl.owns(cl.view.Load(), key) {
+		it, ok = s.store.GetAppend(key, buf)
+		// After the read, as held looks (cluster.heldNoWait).
+		held = !cl.holders.roundOpen(key) && (ok || !cl.fillable(key))
+	}
+	cl.holders.done(kept, node, ok && held)
+	if !held {
+		return store.Item{}, false, false
+	}
+	return it, ok, true
+}
+
+// addHolder registers node as a holder of a copy of key before a read of
+// it (holders.add), counting and logging the holders the registry forgot
+// to stay within its budget.
+func (cl *cluster) addHolder(key string, node uint64) {
+	if forgot := cl.holders.add(key, node, cl.srv.cfg.Now()); forgot > 0 {
+		cl.srv.counters[ctrLostInvalidations].Add(uint64(forgot))
+		cl.srv.cfg.Logger.Warn("copy holder registry full: forgot holders, whose copies live until the copy TTL", "forgot", forgot)
+	}
 }
 
 // fillable reports whether a read of key that this node does not hold

@@ -31,7 +31,10 @@ type view struct {
 	// connections (peers.Meta.SharedReads); the others are read the older
 	// way, each request on a connection of its own.
 	sharedReads map[string]bool
-	byHash      map[uint64]string // node ID by idHash, for copy holders
+	// sharedFetches holds the members that also answer read-throughs of
+	// spilled keys there, when they hold them (peers.Meta.SharedFetches).
+	sharedFetches map[string]bool
+	byHash        map[uint64]string // node ID by idHash, for copy holders
 	// base is the last ring whose hand-off completed (see installLocked):
 	// its owners are the previous owners of keys this node gained, asked
 	// for them until the owner grace ends (until). done is closed when
@@ -246,7 +249,8 @@ func (cl *cluster) installLocked() {
 		return
 	}
 	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string),
-		sharedReads: make(map[string]bool), departed: make(map[string]*departed), done: make(chan struct{})}
+		sharedReads: make(map[string]bool), sharedFetches: make(map[string]bool),
+		departed: make(map[string]*departed), done: make(chan struct{})}
 	for _, n := range r.Nodes() {
 		nv.byHash[idHash(n.ID)] = n.ID
 		if n.ID == cl.id {
@@ -255,6 +259,9 @@ func (cl *cluster) installLocked() {
 		m := metas[n.ID]
 		if m.SharedReads {
 			nv.sharedReads[n.ID] = true
+		}
+		if m.SharedFetches {
+			nv.sharedFetches[n.ID] = true
 		}
 		if pc, ok := old.clients[n.ID]; ok && pc.Addr() == m.Peer {
 			nv.clients[n.ID] = pc
