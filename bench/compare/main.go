@@ -9,7 +9,9 @@
 //   - memcached -t 2 -m 1024 -U 0, against spillway serve -m 1024;
 //   - twemproxy (nutcracker, ketama) in front of three such memcached,
 //     against three spillway serve -m 1024 joined into one cluster (ready
-//     once every node's cluster_nodes stat is 3).
+//     once every node's cluster_nodes stat is 3, and the owner grace of
+//     the join, set to 5 s, is over: the runs measure the cluster as it
+//     runs, not as it forms).
 //
 // The load is spillway bench, the same for every server: 9:1 get:set,
 // 100-byte values, every key set once first (a run of its own, so that the
