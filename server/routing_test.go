@@ -85,25 +85,33 @@ func spillRead(t *testing.T, n *fakeNet, nd *fakeNode, from, key string) string 
 	return c.line()
 }
 
+// withCopy starts a fake cluster of two nodes, in a synctest bubble, where
+// the owner's key (named with prefix) is v1, written on w, and the other
+// node, the holder, keeps a copy of it, read through as a spilled key.
+func withCopy(t *testing.T, prefix string) (n *fakeNet, owner, holder *fakeNode, key string, w *rawConn) {
+	t.Helper()
+	n, nodes := startFakeCluster(t, 2, func(c *Config) { c.Origin = &countingOrigin{} })
+	owner, holder = nodes[0], nodes[1]
+	key = ownedBy(owner, owner.name, prefix, 1)[0]
+	w = dialPipe(t, n, owner.client())
+	w.send("set " + key + " 0 0 2\r\nv1\r\n")
+	w.expect("STORED\r\n")
+	if got := spillRead(t, n, holder, owner.name, key); got != "v1" {
+		t.Fatalf("spilled read at the holder: %q", got)
+	}
+	synctest.Wait() // ristretto admits the copy on a goroutine of its own
+	if _, ok := holder.srv.cl.copies.Peek(key); !ok {
+		t.Fatal("the holder kept no copy")
+	}
+	return n, owner, holder, key, w
+}
+
 // A holder that does not answer an invalidation delays a write by the
 // invalidation timeout, no more; the loss is counted, and the stale copy
 // it keeps is served until the copy TTL, never after.
 func TestRoutingInvalidationTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		origin := &countingOrigin{}
-		n, nodes := startFakeCluster(t, 2, func(c *Config) { c.Origin = origin })
-		owner, holder := nodes[0], nodes[1]
-		key := ownedBy(owner, owner.name, "h", 1)[0]
-		w := dialPipe(t, n, owner.client())
-		w.send("set " + key + " 0 0 2\r\nv1\r\n")
-		w.expect("STORED\r\n")
-		if got := spillRead(t, n, holder, owner.name, key); got != "v1" {
-			t.Fatalf("spilled read at the holder: %q", got)
-		}
-		synctest.Wait() // ristretto admits the copy on a goroutine of its own
-		if _, ok := holder.srv.cl.copies.Peek(key); !ok {
-			t.Fatal("the holder kept no copy")
-		}
+		n, owner, holder, key, w := withCopy(t, "h")
 
 		n.hang(holder.peer())
 		start := time.Now()
@@ -394,16 +402,7 @@ func startDrain(t *testing.T, tune func(*Config), count int) (n *fakeNet, nodes 
 // ends at the invalidation timeout, and the read with it.
 func TestRoutingOwnedReadWaitsForRoundItFound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n, nodes := startFakeCluster(t, 2, func(c *Config) { c.Origin = &countingOrigin{} })
-		owner, holder := nodes[0], nodes[1]
-		key := ownedBy(owner, owner.name, "r", 1)[0]
-		w := dialPipe(t, n, owner.client())
-		w.send("set " + key + " 0 0 2\r\nv1\r\n")
-		w.expect("STORED\r\n")
-		if got := spillRead(t, n, holder, owner.name, key); got != "v1" {
-			t.Fatalf("spilled read at the holder: %q", got)
-		}
-		synctest.Wait() // ristretto admits the copy on a goroutine of its own
+		n, owner, holder, key, w := withCopy(t, "r")
 		n.hang(holder.peer())
 
 		// The write lands between the read's start and its look in the
