@@ -47,6 +47,14 @@ func (c *conn) metaGet(req *protocol.Request) {
 		} else {
 			it, ok = st.Get(key)
 		}
+		if cl := c.srv.cl; cl != nil && ok && c.keyLock == nil {
+			// A plain read of an owned key: a write round open after
+			// the look in the store may be the one that stored what it
+			// found, whose invalidations are still under way (see
+			// cluster.heldNoWait). A claimed write (T, N, R) opened the
+			// key's latest round itself, and waits for none.
+			cl.holders.await(key, cl.cfg.InvalidateTimeout)
+		}
 	}
 	won := false
 	// Writes on read: a new TTL, autovivify on miss, or handing out the
