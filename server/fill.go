@@ -238,7 +238,12 @@ func (s *Server) keepOwned(r readResult, v *view, gen generation) readResult {
 	if kept && err == nil {
 		return r
 	}
+	// What a write stored since the fill started: its round may still be
+	// open, its invalidations under way (see cluster.heldNoWait).
 	cur, ok := s.store.Get(r.it.Key)
+	if ok && s.cl != nil {
+		s.cl.holders.await(r.it.Key, s.cl.cfg.InvalidateTimeout)
+	}
 	return readResult{cur, ok}
 }
 
