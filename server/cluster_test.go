@@ -641,7 +641,10 @@ func TestSharedFetchAnswers(t *testing.T) {
 // A read-through that its owner answers NS on the shared connections is
 // asked again with get, on a connection of its own: the key is filled
 // and kept as a copy. A node of before shared fetches is asked with get
-// only (it would answer a shared fetch as a miss).
+// only: it does not know the hgt tag, and would serve the request as a
+// client's mg, from its store, without registering the reader as a
+// holder. (The test's stand-in for such a node, noSharedReads, answers
+// hgt with a miss, which the test sees.)
 func TestSharedFetchFallsBack(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		t.Run(fmt.Sprintf("owner of before=%v", old), func(t *testing.T) {
