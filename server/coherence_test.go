@@ -9,8 +9,10 @@ package server
 // SPILLWAY_COHERENCE=long (make test-coherence) every load runs longer.
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -153,6 +155,7 @@ type clientPool struct {
 	mu      sync.Mutex
 	names   []string           // guarded by mu
 	clients []*memcache.Client // guarded by mu
+	addrs   []string           // guarded by mu: for reads with mg (metaGet)
 }
 
 func (p *clientPool) add(t testing.TB, name, addr string) {
@@ -164,6 +167,7 @@ func (p *clientPool) add(t testing.TB, name, addr string) {
 	defer p.mu.Unlock()
 	p.names = append(p.names, name)
 	p.clients = append(p.clients, mc)
+	p.addrs = append(p.addrs, addr)
 }
 
 func (p *clientPool) remove(name string) {
@@ -172,14 +176,16 @@ func (p *clientPool) remove(name string) {
 	if i := slices.Index(p.names, name); i >= 0 {
 		p.names = slices.Delete(p.names, i, i+1)
 		p.clients = slices.Delete(p.clients, i, i+1)
+		p.addrs = slices.Delete(p.addrs, i, i+1)
 	}
 }
 
-func (p *clientPool) pick(r *rand.Rand) (string, *memcache.Client) {
+// pick returns a node's name, a client of it, and its address.
+func (p *clientPool) pick(r *rand.Rand) (string, *memcache.Client, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	i := r.IntN(len(p.clients))
-	return p.names[i], p.clients[i]
+	return p.names[i], p.clients[i], p.addrs[i]
 }
 
 // loadGen runs the clients and records their history.
@@ -249,6 +255,42 @@ func outcome(err error) (res hResult, record bool) {
 	return resUnknown, true
 }
 
+// metaGet reads key with "mg <key> v" on a connection of its own, as
+// gomemcache has no meta commands: a miss is memcache.ErrCacheMiss, and a
+// failed dial a *net.OpError of "dial", as from gomemcache (outcome).
+func metaGet(addr, key string) ([]byte, error) {
+	nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(nc, "mg "+key+" v\r\n"); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReader(nc)
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	f := strings.Fields(line)
+	switch {
+	case len(f) == 1 && f[0] == "EN":
+		return nil, memcache.ErrCacheMiss
+	case len(f) >= 2 && f[0] == "VA":
+		n, err := strconv.Atoi(f[1])
+		if err != nil {
+			return nil, fmt.Errorf("mg %s: %q", key, line)
+		}
+		data := make([]byte, n+2)
+		if _, err := io.ReadFull(br, data); err != nil {
+			return nil, err
+		}
+		return data[:n], nil
+	}
+	return nil, fmt.Errorf("mg %s: %q", key, line)
+}
+
 func meta(node string, err error) string {
 	if err != nil && !errors.Is(err, memcache.ErrCacheMiss) && !errors.Is(err, memcache.ErrCASConflict) {
 		return node + ": " + err.Error()
@@ -258,7 +300,7 @@ func meta(node string, err error) string {
 
 // one runs one operation of client c, its i-th.
 func (g *loadGen) one(c, i int, r *rand.Rand) {
-	node, mc := g.pool.pick(r)
+	node, mc, addr := g.pool.pick(r)
 	h := g.h
 	if g.flush && c == 0 && r.IntN(150) == 0 {
 		call := h.now()
@@ -279,13 +321,22 @@ func (g *loadGen) one(c, i int, r *rand.Rand) {
 	}
 	call := h.now()
 	switch p := r.IntN(100); {
-	case p < 45: // get
-		it, err := mc.Get(key)
+	case p < 45: // get, or mg: a node serves each on a path of its own
+		var value []byte
+		var err error
+		if p < 30 {
+			var it *memcache.Item
+			if it, err = mc.Get(key); err == nil {
+				value = it.Value
+			}
+		} else {
+			value, err = metaGet(addr, key)
+		}
 		res, ok := outcome(err)
 		if ok && res != resUnknown { // a read that failed tells nothing
 			out := hOutput{res: res}
 			if res == resOK {
-				out.value = string(it.Value)
+				out.value = string(value)
 			}
 			h.add(c, hInput{kind: opGet, key: key}, call, out, meta(node, err))
 		}
@@ -338,7 +389,7 @@ func (g *loadGen) one(c, i int, r *rand.Rand) {
 		if res != resOK {
 			return
 		}
-		node2, mc2 := g.pool.pick(r)
+		node2, mc2, _ := g.pool.pick(r)
 		expect := string(it.Value)
 		it.Value = []byte(value)
 		call = h.now()
