@@ -19,22 +19,10 @@ import (
 func TestReviewFencedOwnedFillWaitsForWriteRound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		o := gateOrigin{make(chan struct{})}
-		n, nodes := startFakeCluster(t, 2, func(c *Config) {
+		n, owner, holder, key, w := withCopy(t, "f", func(c *Config) {
 			c.Origin = o
 			c.Cluster.Picker = ring.PickerConfig{Epsilon: math.Inf(1)} // the owner reads its keys itself
 		})
-		owner, holder := nodes[0], nodes[1]
-		key := ownedBy(owner, owner.name, "f", 1)[0]
-		w := dialPipe(t, n, owner.client())
-		w.send("set " + key + " 0 0 2\r\nv1\r\n")
-		w.expect("STORED\r\n")
-		if got := spillRead(t, n, holder, owner.name, key); got != "v1" {
-			t.Fatalf("spilled read at the holder: %q", got)
-		}
-		synctest.Wait() // ristretto admits the copy on a goroutine of its own
-		if _, ok := holder.srv.cl.copies.Peek(key); !ok {
-			t.Fatal("the holder kept no copy")
-		}
 		// Memory pressure evicts the key at the owner only.
 		if err := owner.srv.store.Delete(key); err != nil {
 			t.Fatal(err)
@@ -55,13 +43,7 @@ func TestReviewFencedOwnedFillWaitsForWriteRound(t *testing.T) {
 			got = r.line()
 			r.line()
 		}
-		h := dialPipe(t, n, holder.client())
-		h.send("get " + key + "\r\n")
-		later := ""
-		if l := h.line(); l != "END" {
-			later = h.line()
-			h.line()
-		}
+		later, _ := rawGetValue(t, dialPipe(t, n, holder.client()), key)
 		n.resume(holder.peer())
 		w.expect("STORED\r\n")
 		lost := owner.srv.counters[ctrLostInvalidations].Load()

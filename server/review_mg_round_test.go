@@ -15,19 +15,7 @@ func TestReviewMetaGetAtOwnerWaitsForWriteRound(t *testing.T) {
 	for _, cmd := range []string{"get", "mg"} {
 		t.Run(cmd, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				n, nodes := startFakeCluster(t, 2, func(c *Config) { c.Origin = &countingOrigin{} })
-				owner, holder := nodes[0], nodes[1]
-				key := ownedBy(owner, owner.name, "m", 1)[0]
-				w := dialPipe(t, n, owner.client())
-				w.send("set " + key + " 0 0 2\r\nv1\r\n")
-				w.expect("STORED\r\n")
-				if got := spillRead(t, n, holder, owner.name, key); got != "v1" {
-					t.Fatalf("spilled read at the holder: %q", got)
-				}
-				synctest.Wait() // ristretto admits the copy on a goroutine of its own
-				if _, ok := holder.srv.cl.copies.Peek(key); !ok {
-					t.Fatal("the holder kept no copy")
-				}
+				n, owner, holder, key, w := withCopy(t, "m", nil)
 
 				// The write stores v2 and waits for the holder's answer.
 				n.hang(holder.peer())
@@ -52,13 +40,7 @@ func TestReviewMetaGetAtOwnerWaitsForWriteRound(t *testing.T) {
 				synctest.Wait()
 				// ... and then at the holder, before the holder answers the
 				// invalidation (within the invalidation timeout).
-				h := dialPipe(t, n, holder.client())
-				h.send("get " + key + "\r\n")
-				later := ""
-				if l := h.line(); l != "END" {
-					later = h.line()
-					h.line()
-				}
+				later, _ := rawGetValue(t, dialPipe(t, n, holder.client()), key)
 				n.resume(holder.peer())
 				w.expect("STORED\r\n")
 				if got == "" {

@@ -88,9 +88,16 @@ func spillRead(t *testing.T, n *fakeNet, nd *fakeNode, from, key string) string 
 // withCopy starts a fake cluster of two nodes, in a synctest bubble, where
 // the owner's key (named with prefix) is v1, written on w, and the other
 // node, the holder, keeps a copy of it, read through as a spilled key.
-func withCopy(t *testing.T, prefix string) (n *fakeNet, owner, holder *fakeNode, key string, w *rawConn) {
+// tune, if not nil, adjusts both nodes' configs (a countingOrigin by
+// default).
+func withCopy(t *testing.T, prefix string, tune func(*Config)) (n *fakeNet, owner, holder *fakeNode, key string, w *rawConn) {
 	t.Helper()
-	n, nodes := startFakeCluster(t, 2, func(c *Config) { c.Origin = &countingOrigin{} })
+	n, nodes := startFakeCluster(t, 2, func(c *Config) {
+		c.Origin = &countingOrigin{}
+		if tune != nil {
+			tune(c)
+		}
+	})
 	owner, holder = nodes[0], nodes[1]
 	key = ownedBy(owner, owner.name, prefix, 1)[0]
 	w = dialPipe(t, n, owner.client())
@@ -111,7 +118,7 @@ func withCopy(t *testing.T, prefix string) (n *fakeNet, owner, holder *fakeNode,
 // it keeps is served until the copy TTL, never after.
 func TestRoutingInvalidationTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n, owner, holder, key, w := withCopy(t, "h")
+		n, owner, holder, key, w := withCopy(t, "h", nil)
 
 		n.hang(holder.peer())
 		start := time.Now()
@@ -402,7 +409,7 @@ func startDrain(t *testing.T, tune func(*Config), count int) (n *fakeNet, nodes 
 // ends at the invalidation timeout, and the read with it.
 func TestRoutingOwnedReadWaitsForRoundItFound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n, owner, holder, key, w := withCopy(t, "r")
+		n, owner, holder, key, w := withCopy(t, "r", nil)
 		n.hang(holder.peer())
 
 		// The write lands between the read's start and its look in the
