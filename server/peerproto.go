@@ -131,10 +131,6 @@ func (c *conn) peerRequest(req *protocol.Request) bool {
 		// would (held waits for it), and a fill: both are refused.
 		key := transient(req.Key)
 		c.local[statCmdGet]++
-		if cl.holders.roundOpen(key) {
-			c.w.Line("NS")
-			return true
-		}
 		it, ok, writing := cl.heldNoWait(key, nil)
 		if writing || !ok && cl.fillable(key) {
 			c.w.Line("NS")
@@ -240,22 +236,15 @@ func (c *conn) peerRead(kind string, node uint64, key string) (it store.Item, ok
 // of the key or fill it (node then asks again with get, on a connection
 // of its own). The value is copied into buf's array if it fits.
 func (c *conn) heldGet(node uint64, k, buf []byte) (it store.Item, ok, held bool) {
-	s, cl := c.srv, c.srv.cl
+	cl := c.srv.cl
 	key := transient(k)
 	if _, known := cl.view.Load().byHash[node]; !known {
 		return store.Item{}, false, true
 	}
-	if cl.holders.roundOpen(key) {
-		return store.Item{}, false, false
-	}
 	kept := string(k) // the registry keeps it
 	cl.addHolder(kept, node)
-	held = true
-	if cl.owns(cl.view.Load(), key) {
-		it, ok = s.store.GetAppend(key, buf)
-		// After the read, as held looks (cluster.heldNoWait).
-		held = !cl.holders.roundOpen(key) && (ok || !cl.fillable(key))
-	}
+	it, ok, owned, writing := cl.heldOwned(key, buf)
+	held = !owned || !writing && (ok || !cl.fillable(key))
 	cl.holders.done(kept, node, ok && held)
 	if !held {
 		return store.Item{}, false, false

@@ -45,6 +45,18 @@ func (cl *cluster) held(key string, buf []byte) (store.Item, bool) {
 // heldNoWait is held for a caller that may not wait: writing reports that
 // a write round of the owned key was open after the read, and the item
 // must then not be served before the round ends.
+func (cl *cluster) heldNoWait(key string, buf []byte) (it store.Item, ok, writing bool) {
+	it, ok, owned, writing := cl.heldOwned(key, buf)
+	if owned && ok {
+		return it, true, writing
+	}
+	it, ok = cl.copies.Get(key) // the copy store's memory: never written to
+	return it, ok, writing
+}
+
+// heldOwned reads key from the owned store if this node owns it in its
+// current view (owned), and reports whether a write round of the key was
+// open after the read (writing).
 //
 // The round is looked at after the read, never only before it: a write
 // whose round opened after that look could store its value before the
@@ -53,19 +65,15 @@ func (cl *cluster) held(key string, buf []byte) (store.Item, bool) {
 // read (new, then old). A write stores only once its round is open
 // (claimWrite), so a read that finds its value finds the round open after,
 // or the round over and every copy invalidated.
-func (cl *cluster) heldNoWait(key string, buf []byte) (it store.Item, ok, writing bool) {
-	if cl.owns(cl.view.Load(), key) {
-		if h := cl.cfg.beforeOwnedRead; h != nil {
-			h(key)
-		}
-		it, ok = cl.srv.store.GetAppend(key, buf)
-		writing = cl.holders.roundOpen(key)
-		if ok {
-			return it, true, writing
-		}
+func (cl *cluster) heldOwned(key string, buf []byte) (it store.Item, ok, owned, writing bool) {
+	if !cl.owns(cl.view.Load(), key) {
+		return store.Item{}, false, false, false
 	}
-	it, ok = cl.copies.Get(key) // the copy store's memory: never written to
-	return it, ok, writing
+	if h := cl.cfg.beforeOwnedRead; h != nil {
+		h(key)
+	}
+	it, ok = cl.srv.store.GetAppend(key, buf)
+	return it, ok, true, cl.holders.roundOpen(key)
 }
 
 // keepHere counts a read of key that this node does not hold, and reports
