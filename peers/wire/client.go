@@ -386,24 +386,19 @@ func AppendGet(line []byte, key, tag, extra string) []byte {
 
 // DeleteLine builds a meta delete of key with flags (" O<tag>") appended.
 func DeleteLine(key, flags string) []byte {
-	b := append(make([]byte, 0, 8+len(key)*4/3+len(flags)), "md "...)
-	b, b64 := protocol.AppendKey(b, key)
-	if b64 {
-		b = append(b, " b"...)
-	}
-	return append(b, flags...)
+	b := make([]byte, 0, 8+len(key)*4/3+len(flags))
+	return append(appendDelete(b, key), flags...)
 }
 
-// appendDelete appends a meta delete of key with tag as its opaque token
-// (Delete), without the line's end.
-func appendDelete(line []byte, key, tag string) []byte {
+// appendDelete appends a meta delete of key, without flags or the line's
+// end.
+func appendDelete(line []byte, key string) []byte {
 	line = append(line, "md "...)
 	line, b64 := protocol.AppendKey(line, key)
 	if b64 {
 		line = append(line, " b"...)
 	}
-	line = append(line, " O"...)
-	return append(line, tag...)
+	return line
 }
 
 // ControlLine builds the ms that carries a membership message of n bytes:

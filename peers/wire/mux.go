@@ -266,7 +266,7 @@ func (mc *muxConn) send(cl *call, key, tag string) bool {
 		return false
 	}
 	if cl.del {
-		mc.out = appendDelete(mc.out, key, tag)
+		mc.out = append(append(appendDelete(mc.out, key), " O"...), tag...)
 	} else {
 		mc.out = AppendGet(mc.out, key, tag, "")
 	}
