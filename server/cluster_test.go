@@ -667,6 +667,15 @@ func TestSharedFetchFallsBack(t *testing.T) {
 					waitFor(t, func() bool { _, ok := reader.srv.cl.copies.Peek(kv[0]); return ok })
 				}
 			}
+			// Each cold key was answered NS on the shared connections
+			// first, unless the owner is one of before (asked with get).
+			want := "5"
+			if old {
+				want = "0"
+			}
+			if got := statOf(t, reader.addr, "peer_reads_streamed"); got != want {
+				t.Errorf("peer_reads_streamed: %s, want %s", got, want)
+			}
 		})
 	}
 }
@@ -711,6 +720,9 @@ func TestSharedReadsDoNotWaitForWriteRounds(t *testing.T) {
 	}
 	round.end()
 	<-slowDone
+	if got := statOf(t, entry.addr, "peer_reads_streamed"); got != "1" {
+		t.Errorf("peer_reads_streamed: %s, want 1 (the read of slow)", got)
+	}
 }
 
 // A node that leaves gracefully hands its keys over: once it is gone, the

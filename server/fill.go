@@ -138,6 +138,7 @@ func (cl *cluster) fetch(v *view, id string, pc *wire.Client, key string) (readR
 		case !errors.Is(err, wire.ErrNotHeld):
 			return readResult{}, err
 		}
+		cl.srv.counters[ctrPeerStreamed].Add(1)
 	}
 	res, err := cl.read(pc, []string{key}, tagFetch, "")
 	if err != nil {

@@ -231,6 +231,7 @@ func (c *conn) readKey(k []byte, emit func(i int, r readResult)) bool {
 		emit(0, r)
 		return true
 	case errors.Is(err, wire.ErrNotHeld):
+		s.counters[ctrPeerStreamed].Add(1)
 		return false
 	}
 	s.counters[ctrPeerErrors].Add(1)

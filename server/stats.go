@@ -67,6 +67,7 @@ const (
 	ctrSpilledServed                               // reads served here although another node owns the key
 	ctrPeerFetches                                 // read-throughs from an owner or previous owner
 	ctrPeerErrors                                  // peer requests that failed or timed out
+	ctrPeerStreamed                                // peer reads the shared connections could not answer (NS): asked again on a stream
 	ctrOriginFetches                               // loads from the origin
 	ctrOriginErrors                                // origin loads that failed (not misses)
 	ctrMerged                                      // reads that joined another's fill (singleflight)
@@ -238,6 +239,7 @@ var statLines = []statLine{
 	counterLine(ctrForwardedWrites, "forwarded_writes", "spillway_forwarded_writes_total", "Writes this entry node forwarded to the key's owner."),
 	counterLine(ctrSpilledServed, "spilled_served", "spillway_spilled_served_total", "Reads served here although another node owns the key."),
 	counterLine(ctrPeerFetches, "peer_fetches", "spillway_peer_fetches_total", "Read-throughs from a key's owner or previous owner."),
+	counterLine(ctrPeerStreamed, "peer_reads_streamed", "spillway_peer_reads_streamed_total", "Peer reads asked again on a connection of their own: the owner would have had to wait for a write round or a fill."),
 	counterLine(ctrPeerErrors, "peer_errors", "spillway_peer_errors_total", "Peer requests that failed or timed out."),
 	counterLine(ctrOriginFetches, "origin_fetches", "spillway_origin_fetches_total", "Loads from the origin."),
 	counterLine(ctrOriginErrors, "origin_errors", "spillway_origin_errors_total", "Origin loads that failed."),

@@ -10,6 +10,24 @@ import (
 	"spillway/store"
 )
 
+// statOf returns the value of the stat named name in the "stats" of the
+// node at addr.
+func statOf(t *testing.T, addr, name string) string {
+	t.Helper()
+	c := dialRaw(t, addr)
+	c.send("stats\r\n")
+	got := ""
+	for l := c.line(); l != "END"; l = c.line() {
+		if f := strings.Fields(l); len(f) == 3 && f[1] == name {
+			got = f[2]
+		}
+	}
+	if got == "" {
+		t.Fatalf("stats shows no %s", name)
+	}
+	return got
+}
+
 // TestStatLinesShown checks that "stats" shows exactly the named
 // statLines, in their order, and /metrics every one with a Prometheus name,
 // with its help and type.
