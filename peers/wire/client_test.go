@@ -23,9 +23,12 @@ type fakePeer struct {
 	// notHeld is a key answered NS (the peer would have to fill it);
 	// silent makes the peer read requests and answer none; hangUp, while
 	// positive, makes it close the connection on an mg instead of
-	// answering, and counts down.
+	// answering, and counts down; deaf makes it stop reading after the
+	// next request, until hear is closed.
 	notHeld  string
 	silent   atomic.Bool
+	deaf     atomic.Bool
+	hear     chan struct{}
 	hangUp   atomic.Int64
 	requests atomic.Int64
 	conns    atomic.Int64
@@ -60,6 +63,9 @@ func (p *fakePeer) serve(nc net.Conn) {
 			}
 		}
 		switch {
+		case p.deaf.Load():
+			<-p.hear
+			return
 		case p.silent.Load():
 			continue
 		case (f[0] == "mg" || f[0] == "md") && p.hangUp.Add(-1) >= 0:

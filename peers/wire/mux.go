@@ -83,6 +83,9 @@ type muxConn struct {
 	out     []byte  // guarded by mu: requests not yet written
 	spare   []byte  // guarded by mu: the buffer the last write used
 	writing bool    // guarded by mu: a caller is writing out
+	// writeBy is the write deadline set last; only the caller writing
+	// out (writing) reads or moves it.
+	writeBy time.Time
 	pending []*call // guarded by mu: calls awaiting replies, oldest first
 	head    int     // guarded by mu: pending[head] is answered next
 	err     error   // guarded by mu: set once the connection failed
@@ -283,8 +286,16 @@ func (mc *muxConn) send(cl *call, key, tag string) bool {
 		mc.out = mc.spare[:0]
 		mc.mu.Unlock()
 		// A write deadline bounds a peer that stops reading; the
-		// reader's deadline (below) one that stops answering.
-		mc.pc.nc.SetWriteDeadline(time.Now().Add(mc.timeout))
+		// reader's deadline (below) one that stops answering. It moves
+		// only when less than 15/16 of the timeout is left of it, as a
+		// client connection's (server/conn.go): a write still fails
+		// after 15/16 to all of the timeout without progress, and a busy
+		// connection updates its timer once in a sixteenth of the
+		// timeout rather than at every write.
+		if now := time.Now(); mc.writeBy.Sub(now) < mc.timeout-mc.timeout/16 {
+			mc.writeBy = now.Add(mc.timeout)
+			mc.pc.nc.SetWriteDeadline(mc.writeBy)
+		}
 		_, err := mc.pc.nc.Write(batch)
 		if err != nil {
 			mc.fail(err)

@@ -120,6 +120,52 @@ func TestReadTimeout(t *testing.T) {
 	})
 }
 
+// A peer that stops reading fails the write stuck on it within the
+// timeout: 15/16 of it to all of it after the write began, since the
+// write deadline moves only when less than 15/16 of the timeout is left
+// (send). Writes soon after another keep the deadline the first set;
+// later than a sixteenth of the timeout, they move it.
+func TestWriteTimeoutOnPeerThatStopsReading(t *testing.T) {
+	for _, tc := range []struct {
+		after time.Duration // from the first write to the next two
+		want  time.Duration // from the stuck write to its failure
+	}{
+		{50 * time.Millisecond, 950 * time.Millisecond},
+		{2 * time.Second, time.Second},
+	} {
+		t.Run(tc.after.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := &fakePeer{size: 1, hear: make(chan struct{})}
+				c := New(Config{Addr: "peer", Dial: p.dial, MuxConns: 1})
+				if _, err := c.Read(time.Second, "k", "hld.x", nil); err != nil {
+					t.Fatal(err)
+				}
+				p.deaf.Store(true)
+				time.Sleep(tc.after)
+				var wg sync.WaitGroup
+				// The last request the peer reads: its reply is due a
+				// timeout from now, after the stuck write's deadline if
+				// that did not move.
+				wg.Go(func() { c.Read(time.Second, "swallowed", "hld.x", nil) })
+				synctest.Wait()
+				start := time.Now()
+				_, err := c.Read(time.Second, "stuck", "hld.x", nil)
+				var ne net.Error
+				if !errors.As(err, &ne) || !ne.Timeout() {
+					t.Errorf("read whose write the peer never reads: %v, want a timeout", err)
+				}
+				if d := time.Since(start); d != tc.want {
+					t.Errorf("the stuck write failed after %v, want %v", d, tc.want)
+				}
+				wg.Wait()
+				close(p.hear)
+				c.Close()
+				p.served.Wait()
+			})
+		})
+	}
+}
+
 // A read's reply is due a timeout after it was queued, however many
 // callers write after it: a peer that takes requests and answers none
 // fails the first read after its timeout, not after the last caller's.
