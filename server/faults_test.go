@@ -17,6 +17,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -35,6 +36,37 @@ import (
 	"spillway/internal/buildtest"
 	"spillway/internal/faultnet"
 )
+
+// deadAtHeal lists, for each node, the members it held dead when the
+// partition healed (its last word on each between the cut and the heal).
+// memberlist merges two sides again only through a member that some node
+// across still holds alive or suspect: it probes no dead member, pushes
+// and pulls state with none, and gossips to one only for
+// GossipToTheDeadTime after its death and only when it has news to send.
+func deadAtHeal(events []nodeEvent, cut, heal time.Time) map[string][]string {
+	held := map[string]map[string]bool{}
+	for _, e := range events {
+		if e.at.Before(cut) || !e.at.Before(heal) || e.member == "" || e.member == e.node {
+			continue
+		}
+		switch e.msg {
+		case "peers: member dead":
+			if held[e.node] == nil {
+				held[e.node] = map[string]bool{}
+			}
+			held[e.node][e.member] = true
+		case "peers: member alive":
+			delete(held[e.node], e.member)
+		}
+	}
+	out := map[string][]string{}
+	for node, m := range held {
+		if len(m) > 0 {
+			out[node] = slices.Sorted(maps.Keys(m))
+		}
+	}
+	return out
+}
 
 // faultPlan sets how long each phase runs and how hard.
 type faultPlan struct {
@@ -112,15 +144,16 @@ func (fr *faultRun) isAffected(node string, start, end time.Time) bool {
 	return false
 }
 
-// converge waits for every running node to see all running nodes, notes
-// how long it took after the repair, and fails the scenario past settle.
-func (fr *faultRun) converge(what string) time.Duration {
+// converge waits for every running node to see all running nodes, and
+// fails the scenario past settle. It returns how long it waited and
+// whether the views converged: a wait of settle is no convergence time.
+func (fr *faultRun) converge(what string) (time.Duration, bool) {
 	d, err := fr.c.waitConverged(fr.p.settle)
 	if err != nil {
 		fr.t.Errorf("%s: views did not converge: %v", what, err)
 		fr.note("%s: views not converged after %v", what, fr.p.settle)
 	}
-	return d
+	return d, err == nil
 }
 
 type faultScenario struct {
@@ -148,8 +181,11 @@ func faultScenarios() []faultScenario {
 			nd := byName(fr, "n2")
 			fr.faultAt = time.Now()
 			fr.c.signal(nd, syscall.SIGKILL, 5*time.Second)
-			d, _ := fr.c.waitConverged(fr.p.fault)
-			fr.note("the 4 others dropped n2 from their rings %.1f s after the kill", d.Seconds())
+			if d, err := fr.c.waitConverged(fr.p.fault); err != nil {
+				fr.note("the 4 others had not all dropped n2 from their rings %.1f s after the kill: %v", d.Seconds(), err)
+			} else {
+				fr.note("the 4 others dropped n2 from their rings %.1f s after the kill", d.Seconds())
+			}
 			time.Sleep(max(fr.p.fault-time.Since(fr.faultAt), 0))
 			fr.repairAt = time.Now()
 			if err := fr.c.start(nd); err != nil {
@@ -175,7 +211,7 @@ func faultScenarios() []faultScenario {
 			if err := fr.c.net.Heal(); err != nil {
 				fr.t.Fatal(err)
 			}
-			d := fr.converge("heal")
+			d, converged := fr.converge("heal")
 			// Settled: views converged, and every node has learned the
 			// others declared it dead (its declared_dead moved) and
 			// dropped what it held; a second more for requests under way.
@@ -199,8 +235,12 @@ func faultScenarios() []faultScenario {
 			fr.part = &partitionTimes{cut: int64(fr.faultAt.Sub(fr.h.start)), cutDone: int64(cutDone.Sub(fr.h.start)),
 				healed:  int64(fr.repairAt.Sub(fr.h.start)),
 				settled: int64(fr.recoveredAt.Sub(fr.h.start)), strict: dead >= faultNodes}
-			fr.note("views converged %.1f s after the heal; %d of 5 nodes learned they had been declared dead (settled %.1f s after the heal)",
-				d.Seconds(), dead, fr.recoveredAt.Sub(fr.repairAt).Seconds())
+			views := fmt.Sprintf("views converged %.1f s after the heal", d.Seconds())
+			if !converged {
+				views = fmt.Sprintf("views had not converged %.1f s after the heal", d.Seconds())
+			}
+			fr.note("%s; %d of 5 nodes learned they had been declared dead (settled %.1f s after the heal)",
+				views, dead, fr.recoveredAt.Sub(fr.repairAt).Seconds())
 			time.Sleep(fr.p.after)
 		}},
 		{name: "n3's link: 200 ms delay, 5 % loss", impairable: []int{3}, run: func(fr *faultRun) {
@@ -449,6 +489,9 @@ func runFaultScenario(t *testing.T, bin string, p faultPlan, sc faultScenario) f
 	if len(flaps) > 0 {
 		fr.note("members declared dead: %v", flaps)
 	}
+	if fr.sides != nil {
+		fr.note("at the heal, each node held dead: %v", deadAtHeal(events, fr.faultAt, fr.repairAt))
+	}
 
 	ops := fr.h.operations()
 	row.checkOps = int64(len(ops))
@@ -456,7 +499,7 @@ func runFaultScenario(t *testing.T, bin string, p faultPlan, sc faultScenario) f
 	checkStart := time.Now()
 	if fr.part != nil {
 		row.check = checkPartition(ops, fr.sides, *fr.part, lost, DefaultCopyTTL, p.checkBudget, t.Name())
-		t.Logf("partition at %.1f s, healed at %.1f s, settled at %.1f s (history clock); strict %v",
+		t.Logf("partition at %.3f s, healed at %.3f s, settled at %.3f s (history clock); strict %v",
 			float64(fr.part.cut)/1e9, float64(fr.part.healed)/1e9, float64(fr.part.settled)/1e9, fr.part.strict)
 		for _, part := range row.check.parts {
 			t.Logf("checker, %s", part)
