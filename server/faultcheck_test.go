@@ -304,14 +304,18 @@ func checkAfterHeal(ops []porcupine.Operation, pt partitionTimes, lost []lostInv
 	perKey := max(budget/time.Duration(max(len(keys), 1)), time.Second)
 	for _, key := range keys {
 		var post []porcupine.Operation
+		read := map[string]bool{} // the values hits returned from settled on
 		for _, op := range byKey[key] {
 			if op.Call >= pt.settled {
 				post = append(post, op)
-				if op.Output.(hOutput).res == resUnknown {
+				if out := op.Output.(hOutput); out.res == resUnknown {
 					r.unknown++
+				} else if op.Input.(hInput).kind == opGet && out.res == resOK {
+					read[out.value] = true
 				}
 			}
 		}
+		post = append(post, lateWrites(byKey[key], pt, read)...)
 		if len(post) == 0 {
 			continue
 		}
@@ -348,10 +352,38 @@ func checkAfterHeal(ops []porcupine.Operation, pt partitionTimes, lost []lostInv
 	return r, excused
 }
 
+// lateWrites are the writes of unknown outcome called before settled
+// whose value a hit returned from settled on, pending from settled on.
+//
+// A write of unknown outcome may take effect at any time after its call,
+// once, and one sent during the cut can take effect long after the heal:
+// a forward that timed out across the partition stays in the sender's TCP
+// queue, retransmitted after 0.2 s, 0.4 s, ... 12.8 s, and is applied
+// where it lands (a long run saw a set called 6.5 s into the cut applied
+// 26.7 s later, 13 s after the heal). Linearized at settled, one is a
+// write that took effect before. Its value is not one a node held from
+// before the heal; an acknowledged write's is, and strict refuses it.
+// Only writes whose value was read are added: each pending operation
+// multiplies porcupine's search, and one nobody read cannot explain a hit.
+func lateWrites(ops []porcupine.Operation, pt partitionTimes, read map[string]bool) []porcupine.Operation {
+	var late []porcupine.Operation
+	for _, op := range ops {
+		in := op.Input.(hInput)
+		if op.Call >= pt.settled || op.Output.(hOutput).res != resUnknown || !read[in.value] ||
+			(in.kind != opSet && in.kind != opCas) {
+			continue
+		}
+		op.Call = pt.settled
+		late = append(late, op)
+	}
+	return late
+}
+
 // statesAtSettled are the states key may be in when the partition has
 // settled (see checkPartition): a miss that fills the origin's value of
 // then, or a hit of a value written since the heal (any time since the cut,
-// or not overwritten before it, when not strict).
+// or not overwritten before it, when not strict). A write of unknown
+// outcome is not among them: checkAfterHeal has it pending.
 func statesAtSettled(ops []porcupine.Operation, key string, pt partitionTimes) []any {
 	originV, originOK := initialOrigin(key)
 	var bumps []int
@@ -384,7 +416,7 @@ func statesAtSettled(ops []porcupine.Operation, key string, pt partitionTimes) [
 	}
 	for _, op := range ops {
 		in, out := op.Input.(hInput), op.Output.(hOutput)
-		if op.Call >= pt.settled || !keep(op) {
+		if op.Call >= pt.settled || !keep(op) || out.res == resUnknown {
 			continue
 		}
 		v := ""
