@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -182,7 +183,10 @@ func (c *conn) serve() {
 	s := c.srv
 	defer func() {
 		if v := recover(); v != nil {
-			s.cfg.Logger.Error("connection panic", "remote", c.nc.RemoteAddr().String(), "panic", v)
+			// The stack is what makes a panic in the field fixable: the
+			// fault harness logged "index out of range [0] with length
+			// 0" on peer connections for days without one.
+			s.cfg.Logger.Error("connection panic", "remote", c.nc.RemoteAddr().String(), "panic", v, "stack", string(debug.Stack()))
 		}
 		c.flushStats()
 		c.nc.Close()
