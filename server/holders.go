@@ -196,14 +196,25 @@ func (h *holders) take(key string, now time.Time) []uint64 {
 
 // dropLocked removes e; its FIFO record is skipped when it comes up.
 func (sh *holderShard) dropLocked(e *holderEntry) {
-	delete(sh.keys, e.key)
-	e.gone = true
-	sh.bytes -= holderEntryCost + len(e.key) + holderCost*len(e.nodes)
-	e.nodes = nil
+	sh.removeLocked(e)
 	sh.dead++
 	if sh.dead > len(sh.keys)+64 {
 		sh.compactLocked()
 	}
+}
+
+// removeLocked removes e from the map and the budget. Its FIFO record is
+// the caller's to account for: dropLocked leaves it to be skipped (dead),
+// expireLocked consumes it at the head. Counting a record consumed at the
+// head as dead once made expireLocked compact the FIFO under its own feet
+// (after a partition healed, when a shard's registrations all expired
+// together): it then cleared a live entry's record, which never expired,
+// or indexed an empty FIFO and panicked.
+func (sh *holderShard) removeLocked(e *holderEntry) {
+	delete(sh.keys, e.key)
+	e.gone = true
+	sh.bytes -= holderEntryCost + len(e.key) + holderCost*len(e.nodes)
+	e.nodes = nil
 }
 
 // compactLocked drops the dead records from the FIFO.
@@ -236,11 +247,11 @@ func (sh *holderShard) expireLocked(now time.Time, ttl time.Duration, free int) 
 			e.queued = e.at
 			sh.fifo = append(sh.fifo, e)
 		case now.Sub(e.at) > ttl:
-			sh.dropLocked(e)
+			sh.removeLocked(e)
 		case free > 0:
 			before := sh.bytes
 			forgot += len(e.nodes)
-			sh.dropLocked(e)
+			sh.removeLocked(e)
 			free -= before - sh.bytes
 		default:
 			return forgot

@@ -230,3 +230,62 @@ func TestWriteRoundsReused(t *testing.T) {
 	}
 	h.await("a", time.Hour) // returns at once: no round open
 }
+
+// Registrations that expire together all expire, however many: a shard
+// whose entries came due at once (after a partition healed) once counted
+// each record it consumed at the FIFO's head as a dead record still
+// waiting, compacted the FIFO while walking it, and then cleared the
+// record of an entry it had not reached (which never expired after) or,
+// with none left, indexed an empty FIFO and panicked on a peer
+// connection.
+func TestHoldersExpireTogether(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ttl := 5 * time.Second
+	for _, tc := range []struct {
+		name        string
+		old, young  int // entries registered at t0, and at t0+4s
+		wantAtEight int // entries left at t0+8s, when only the old are due
+	}{
+		{"all of a shard's entries due at once", 65, 0, 1},
+		{"most due, some not", 100, 30, 31},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHolders(ttl, 1<<20)
+			sh := h.shard("anchor")
+			keys := keysInShard(h, sh, tc.old+tc.young+1)
+			for i, k := range keys[:tc.old+tc.young] {
+				at := t0
+				if i >= tc.old {
+					at = t0.Add(4 * time.Second)
+				}
+				h.add(k, 1, at)
+				h.done(k, 1, true)
+			}
+			last := keys[len(keys)-1]
+			h.add(last, 1, t0.Add(8*time.Second)) // expires what is due
+			h.done(last, 1, true)
+			if got := len(sh.keys); got != tc.wantAtEight {
+				t.Errorf("entries at t0+8s: %d, want %d", got, tc.wantAtEight)
+			}
+			h.add("anchor", 1, t0.Add(time.Minute)) // everything before is due
+			h.done("anchor", 1, true)
+			if got := len(sh.keys); got != 1 {
+				t.Errorf("entries a minute later: %d, want 1 (the anchor): an entry lost its FIFO record", got)
+			}
+			if got := sh.bytes; got != holderEntryCost+len("anchor")+holderCost {
+				t.Errorf("shard charged %d bytes for one entry", got)
+			}
+		})
+	}
+}
+
+// keysInShard returns n keys of sh.
+func keysInShard(h *holders, sh *holderShard, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		if k := fmt.Sprintf("k%d", i); h.shard(k) == sh && k != "anchor" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
