@@ -201,7 +201,31 @@ func (c *Client) put(pc *conn, err error) {
 		}
 		c.mu.Unlock()
 	}
+	if err != nil {
+		abort(pc.nc)
+		return
+	}
 	pc.nc.Close()
+}
+
+// abort closes nc after a failed request, discarding what the kernel has
+// not sent yet. A request that timed out must not reach the peer later:
+// closed the usual way, a connection still delivers its unsent bytes, and
+// across a partition TCP retransmits them until the heal, when the peer
+// applies them. The fault harness saw an incr forwarded during a
+// partition, whose client had been told SERVER_ERROR, applied 27 s later.
+// A request the peer has already received may still run: its outcome
+// stays unknown, as it must.
+func abort(nc net.Conn) {
+	raw := nc
+	if tc, ok := nc.(*tls.Conn); ok {
+		// No close_notify: it would wait on the same stuck connection.
+		raw = tc.NetConn()
+	}
+	if l, ok := raw.(interface{ SetLinger(sec int) error }); ok {
+		l.SetLinger(0) // close with a reset: unsent data is dropped
+	}
+	raw.Close()
 }
 
 // do runs one exchange on a connection within timeout.

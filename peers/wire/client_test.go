@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -273,5 +274,42 @@ func TestSecrets(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A request that fails is cut off where it stands: what the kernel had
+// not sent yet never reaches the peer. Closed the usual way, the
+// connection still delivers it, then ends cleanly: across a partition, at
+// the heal (an incr whose client had been told SERVER_ERROR was applied
+// 27 s later, the whole small request having sat in the send queue). The
+// peer here reads nothing until a large request has timed out; it then
+// reads what reached it, and must find the connection reset rather than
+// ended after the rest of what the kernel held.
+func TestFailedRequestNeverArrivesLater(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if nc, err := ln.Accept(); err == nil {
+			accepted <- nc
+		}
+	}()
+	c := New(Config{Addr: ln.Addr().String()})
+	defer c.Close()
+	// Far more than loopback's send and receive buffers hold together.
+	data := bytes.Repeat([]byte("v"), 32<<20)
+	line := []byte(fmt.Sprintf("set k 0 0 %d", len(data)))
+	if _, err := c.Exchange(200*time.Millisecond, line, data); err == nil {
+		t.Fatal("a request to a peer that reads nothing succeeded")
+	}
+	peer := <-accepted
+	defer peer.Close()
+	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.Copy(io.Discard, peer)
+	if err == nil {
+		t.Errorf("the peer's read ended cleanly after %d bytes, want a reset", n)
 	}
 }

@@ -377,7 +377,7 @@ func (mc *muxConn) fail(err error) {
 	waiting := mc.pending[mc.head:]
 	mc.pending, mc.head = nil, 0
 	mc.mu.Unlock()
-	mc.pc.nc.Close()
+	abort(mc.pc.nc)
 	for _, cl := range waiting {
 		cl.err, cl.lost = err, true
 		cl.done <- struct{}{}

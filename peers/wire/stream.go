@@ -128,8 +128,9 @@ func (s *Stream) Close() error {
 	s.signal()
 	if s.err != nil || s.read < s.sent {
 		// The writer may be blocked on a peer that waits for these
-		// replies to be read: end the connection rather than wait.
-		s.pc.nc.Close()
+		// replies to be read: end the connection rather than wait, and
+		// let none of what it did not send reach the peer later.
+		abort(s.pc.nc)
 	}
 	s.wrote.Wait()
 	err := s.err
