@@ -80,9 +80,9 @@ type muxConn struct {
 	timeout time.Duration
 
 	mu      sync.Mutex
-	out     []byte  // guarded by mu: requests not yet written
-	spare   []byte  // guarded by mu: the buffer the last write used
-	writing bool    // guarded by mu: a caller is writing out
+	out     []byte // guarded by mu: requests not yet written
+	spare   []byte // guarded by mu: the buffer the last write used
+	writing bool   // guarded by mu: a caller is writing out
 	// writeBy is the write deadline set last; only the caller writing
 	// out (writing) reads or moves it.
 	writeBy time.Time
