@@ -133,14 +133,7 @@ func TestHoldersFIFOBounded(t *testing.T) {
 	sh := h.shard("hot")
 	// Node 2 asks for one key that is not there, over and over, within
 	// one TTL (here 200,000 misses in 4 s: 50,000 misses/s at one owner).
-	miss := "hot"
-	for i := 0; ; i++ { // a key in the same shard as "hot"
-		k := "missing-" + string(rune('a'+i%26)) + string(rune('a'+i/26%26))
-		if h.shard(k) == sh {
-			miss = k
-			break
-		}
-	}
+	miss := keysInShard(h, sh, 1)[0] // a key in the same shard as "hot"
 	const n = 200_000
 	for i := range n {
 		now := t0.Add(time.Duration(i) * (4 * time.Second / n))
@@ -279,11 +272,11 @@ func TestHoldersExpireTogether(t *testing.T) {
 	}
 }
 
-// keysInShard returns n keys of sh.
+// keysInShard returns n keys of sh, named k<i>.
 func keysInShard(h *holders, sh *holderShard, n int) []string {
 	var out []string
 	for i := 0; len(out) < n; i++ {
-		if k := fmt.Sprintf("k%d", i); h.shard(k) == sh && k != "anchor" {
+		if k := fmt.Sprintf("k%d", i); h.shard(k) == sh {
 			out = append(out, k)
 		}
 	}
