@@ -23,6 +23,14 @@ const DefaultBindAddr = "0.0.0.0"
 // DefaultJoinRetryMax is used when Config.JoinRetryMax is zero.
 const DefaultJoinRetryMax = 10 * time.Second
 
+// DefaultReconnectInterval is used when Config.ReconnectInterval is zero.
+const DefaultReconnectInterval = 10 * time.Second
+
+// reconnectFor is how long after its death a member is still tried again
+// (Config.ReconnectInterval): as long as Serf's reconnect_timeout default.
+// A member that died for good costs one connection attempt an interval.
+const reconnectFor = 24 * time.Hour
+
 // Profile picks the memberlist timing preset a node starts from. All nodes
 // of a cluster should use the same one.
 type Profile uint8
@@ -82,6 +90,15 @@ type Config struct {
 	// reach the seeds: the first comes after 100ms, each later one after
 	// twice the wait before, up to this. If zero, DefaultJoinRetryMax.
 	JoinRetryMax time.Duration
+
+	// ReconnectInterval is how often a node tries again to reach the
+	// members that failure detection declared dead (for a day after their
+	// death), as Serf's reconnect does. memberlist itself never contacts a
+	// member it holds dead once it has gossiped the death, so without this
+	// the two sides of a partition that outlasted failure detection would
+	// stay two clusters after it heals. If zero,
+	// DefaultReconnectInterval; if negative, never.
+	ReconnectInterval time.Duration
 
 	// SecretKeys, if set, encrypt and authenticate all gossip (AES-GCM).
 	// Each must be 16, 24 or 32 bytes long. The first encrypts what this
@@ -163,6 +180,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.JoinRetryMax == 0 {
 		c.JoinRetryMax = DefaultJoinRetryMax
+	}
+	if c.ReconnectInterval == 0 {
+		c.ReconnectInterval = DefaultReconnectInterval
 	}
 	if c.Resolver == nil {
 		c.Resolver = net.DefaultResolver

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 
@@ -33,6 +34,7 @@ type member struct {
 	meta  Meta
 	err   error // why meta could not be decoded; such a member is not in the ring
 	state string
+	died  time.Time // when failure detection removed it (state dead)
 }
 
 // view is an immutable snapshot of the membership, swapped atomically on
@@ -132,7 +134,7 @@ func (e *events) update(n *memberlist.Node, gone bool) {
 	case leaving:
 		m.state = stateLeft
 	case gone:
-		m.state = stateDead
+		m.state, m.died = stateDead, time.Now()
 	}
 	state := m.state
 	if m.err != nil && n.Name != e.self {

@@ -28,12 +28,40 @@ import (
 //
 // Here packets behave like UDP: queued without waiting, dropped when the
 // queue is full or the receiver has shut down. A dial to a shut-down
-// transport is refused, as TCP would be.
+// transport is refused, as TCP would be. cut splits the network in two.
 type memNet struct {
 	mu     sync.Mutex
 	port   int
 	byAddr map[string]*memTransport
 	byName map[string]*memTransport
+	cutOff map[*memTransport]bool // one side of a partition; nil when whole
+}
+
+// cut partitions the network: from now on nothing crosses between the
+// nodes named and the others (packets are lost, dials time out), until
+// heal. Streams already open stay open, as TCP connections with nothing
+// to send would.
+func (n *memNet) cut(names ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cutOff = make(map[*memTransport]bool)
+	for _, name := range names {
+		n.cutOff[n.byName[name]] = true
+	}
+}
+
+// heal ends the partition cut made.
+func (n *memNet) heal() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.cutOff = nil
+}
+
+// apart reports whether a partition lies between a and b.
+func (n *memNet) apart(a, b *memTransport) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cutOff != nil && n.cutOff[a] != n.cutOff[b]
 }
 
 // NewTransport returns a transport for the node called name; name must be
@@ -109,6 +137,9 @@ func (t *memTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time
 		return time.Time{}, err
 	}
 	now := time.Now()
+	if t.net.apart(t, dest) {
+		return now, nil // lost in the partition
+	}
 	p := &memberlist.Packet{Buf: append([]byte(nil), b...), From: t.addr, Timestamp: now}
 	select {
 	case <-dest.done: // lost, like a datagram to a dead host
@@ -129,9 +160,16 @@ func (t *memTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 	if err != nil {
 		return nil, err
 	}
-	local, remote := net.Pipe()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	if t.net.apart(t, dest) {
+		select { // no answer across a partition
+		case <-t.done:
+		case <-timer.C:
+		}
+		return nil, errRefused
+	}
+	local, remote := net.Pipe()
 	select {
 	case dest.streams <- remote:
 		return local, nil

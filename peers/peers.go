@@ -16,7 +16,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -42,6 +44,9 @@ type Peers struct {
 	giveUp     chan struct{}
 	giveUpOnce sync.Once
 	joinDone   chan struct{}
+	// reconnectDone is closed when reconnect has stopped (at once if it
+	// never ran).
+	reconnectDone chan struct{}
 
 	// What retryJoin needs to resolve and join the seeds again.
 	seeds    []string
@@ -90,7 +95,7 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		return nil, fmt.Errorf("peers: start gossip: %w", err)
 	}
 	p := &Peers{self: cfg.Name, ml: ml, ev: ev, giveUp: make(chan struct{}), joinDone: make(chan struct{}),
-		seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger}
+		reconnectDone: make(chan struct{}), seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger}
 	alone := false
 	if len(cfg.Join) > 0 {
 		n, err := p.join()
@@ -108,6 +113,11 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		go p.retryJoin(cfg.JoinRetryMax)
 	} else {
 		close(p.joinDone)
+	}
+	if cfg.ReconnectInterval > 0 {
+		go p.reconnect(cfg.ReconnectInterval)
+	} else {
+		close(p.reconnectDone)
 	}
 	return p, nil
 }
@@ -221,6 +231,78 @@ func (p *Peers) joinNew() {
 	}
 	p.log.Log(context.Background(), level, "peers: joined seeds that were not members",
 		"seeds", unknown, "reached", n, "err", err)
+}
+
+// reconnect tries, every interval until Leave or Shutdown, to join again
+// the members failure detection declared dead within reconnectFor, all at
+// once. An attempt under way when they give up ends by itself, within
+// memberlist's TCPTimeout.
+//
+// Why: memberlist probes and pushes state only to members it holds alive,
+// gossips a death to the dead member for GossipToTheDeadTime at most,
+// then forgets it. When a partition outlasts failure detection, each side
+// holds the other dead and no packet would cross again once it heals.
+// One join across is enough: the push/pull hands each side the other's
+// members, and each node refutes the death the other side reports of it.
+// A member that really died refuses or times out; one that came back
+// under its name has joined by itself and is alive again, so not tried.
+//
+// What the server must do about a member that comes back (it may have
+// owned this node's keys meanwhile) is the server's: peers only reports it
+// as a member again.
+func (p *Peers) reconnect(interval time.Duration) {
+	defer close(p.reconnectDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.giveUp:
+			return
+		case <-t.C:
+		}
+		addrs := p.deadAddrs(time.Now())
+		if len(addrs) == 0 {
+			continue
+		}
+		var wg sync.WaitGroup
+		var back atomic.Int32
+		for _, a := range addrs {
+			wg.Go(func() {
+				if n, _ := p.ml.Join([]string{a}); n > 0 {
+					back.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		level := slog.LevelDebug // a member that died for good
+		if back.Load() > 0 {
+			level = slog.LevelInfo
+		}
+		p.log.Log(context.Background(), level, "peers: tried to reach members declared dead",
+			"addrs", addrs, "reached", back.Load())
+	}
+}
+
+// deadAddrs returns the gossip addresses of the members that died within
+// reconnectFor of now, less those of alive members (a node back at the
+// same address under another name).
+func (p *Peers) deadAddrs(now time.Time) []string {
+	nodes := p.ev.cur.Load().nodes
+	alive := make(map[string]bool)
+	for _, m := range nodes {
+		if m.state == stateAlive {
+			alive[m.addr] = true
+		}
+	}
+	var addrs []string
+	for id, m := range nodes {
+		if id != p.self && m.state == stateDead && now.Sub(m.died) < reconnectFor && !alive[m.addr] {
+			alive[m.addr] = true // once per address
+			addrs = append(addrs, m.addr)
+		}
+	}
+	slices.Sort(addrs)
+	return addrs
 }
 
 // Self returns this node's ID.

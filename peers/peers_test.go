@@ -109,6 +109,9 @@ func startNode(t *testing.T, mn *memNet, name string, weight int, seeds ...strin
 		Logger:    quietLogger(t),
 		Profile:   Local,
 		Tune:      fastTimings,
+		// Faster than failure detection, so a test that heals a partition
+		// does not wait on it.
+		ReconnectInterval: 200 * time.Millisecond,
 	}, rec.onChange)
 	if err != nil {
 		t.Fatalf("Join %s: %v", name, err)
@@ -279,6 +282,51 @@ func TestDeparture(t *testing.T) {
 				t.Errorf("Leave after Shutdown = %v, want ErrClosed", err)
 			}
 		})
+	}
+}
+
+// TestPartitionHeals: two halves that each declared the other dead, and
+// whose memberlist has forgotten the dead (GossipToTheDeadTime), merge
+// again once the partition heals. memberlist alone never sends them a
+// packet again: only reconnect does.
+func TestPartitionHeals(t *testing.T) {
+	mn := &memNet{}
+	nodes := startCluster(t, mn, 4)
+	all := wantRing(nodes)
+	eventually(t, "rings converge", ringsAre(nodes, all))
+
+	mn.cut("n0", "n1")
+	eventually(t, "each side declares the other dead", func() string {
+		if msg := ringsAre(nodes[:2], wantRing(nodes[:2]))(); msg != "" {
+			return msg
+		}
+		return ringsAre(nodes[2:], "n2/3 n3/4")()
+	})
+	// memberlist gossips a death to the dead member for
+	// GossipToTheDeadTime (a second here), then never contacts it again:
+	// wait that out twice over, so nothing of memberlist's could cross.
+	eventually(t, "memberlist stops gossiping to the dead", func() string {
+		for _, n := range nodes {
+			for id, m := range n.p.ev.cur.Load().nodes {
+				if m.state == stateDead && time.Since(m.died) < 2*time.Second {
+					return fmt.Sprintf("%s saw %s die %v ago", n.p.Self(), id, time.Since(m.died))
+				}
+			}
+		}
+		return ""
+	})
+	for _, n := range nodes {
+		if got := len(n.p.deadAddrs(time.Now())); got != 2 {
+			t.Fatalf("%s would try %d members again, want 2", n.p.Self(), got)
+		}
+	}
+
+	mn.heal()
+	eventually(t, "the halves merge", ringsAre(nodes, all))
+	for _, n := range nodes {
+		if got := n.p.deadAddrs(time.Now()); len(got) != 0 {
+			t.Errorf("%s still tries %v", n.p.Self(), got)
+		}
 	}
 }
 
