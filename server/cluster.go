@@ -223,6 +223,12 @@ type cluster struct {
 	// ID).
 	boots map[string]string
 	gone  map[string]string
+	// returning holds the members gossip brought back under the boot ID
+	// they had when it saw them go (a partition healed, a pause ended),
+	// by that boot ID, until a hand-off in which they answered a fence
+	// telling them so completes (see settle): they may have owned any of
+	// this node's keys meanwhile.
+	returning map[string]string
 	// gossipBoots is the boot ID gossip gave each member of its ring at
 	// the last install (boots may hold a newer one, from a fence).
 	gossipBoots map[string]string
@@ -279,7 +285,7 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cl := &cluster{cfg: cfg, srv: srv, log: srv.cfg.Logger, picker: picker, copies: copies,
 		holders:      newHolders(cfg.CopyTTL, holderShare(cfg.CopyMaxBytes)),
 		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: hex.EncodeToString(b[:]),
-		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
+		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string), returning: make(map[string]string), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}
 	cl.view.Store(&view{ring: ring.New(nil, ring.Config{}), done: closedChan})
 	cfg.Peers.Meta.Boot = cl.boot

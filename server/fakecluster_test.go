@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,9 @@ type fakeNet struct {
 	mu        sync.Mutex
 	listeners map[string]*pipeListener
 	members   map[string]*fakeMember
+	// views holds, for a member whose gossip is split off (split), the
+	// members it sees; a member not in it sees all.
+	views map[string]map[string]bool
 }
 
 func newFakeNet() *fakeNet {
@@ -224,19 +228,60 @@ func (n *fakeNet) drop(name string) {
 	}
 }
 
-// publishLocked tells every member the ring of all members.
-func (n *fakeNet) publishLocked() {
-	var nodes []ring.Node
-	metas := make(map[string]peers.Meta)
-	vnodes := 0
-	for name, m := range n.members {
-		nodes = append(nodes, ring.Node{ID: name, Weight: m.meta.Weight})
-		metas[name] = m.meta
-		vnodes = m.vnodes
+// split partitions the gossip, not the network: each member named sees
+// only those named, every other member only the others, as if a
+// partition had outlasted failure detection on both sides. heal ends it
+// for the members named (all when none is), one side first if the test
+// wants: their gossip brings the others back while the others' lags.
+func (n *fakeNet) split(side ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	in, out := make(map[string]bool), make(map[string]bool)
+	for name := range n.members {
+		if slices.Contains(side, name) {
+			in[name] = true
+		} else {
+			out[name] = true
+		}
 	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
-	r := ring.New(nodes, ring.Config{VNodes: vnodes})
-	for _, m := range n.members {
+	n.views = make(map[string]map[string]bool)
+	for name := range n.members {
+		n.views[name] = out
+		if in[name] {
+			n.views[name] = in
+		}
+	}
+	n.publishLocked()
+}
+
+func (n *fakeNet) heal(names ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(names) == 0 {
+		n.views = nil
+	}
+	for _, name := range names {
+		delete(n.views, name)
+	}
+	n.publishLocked()
+}
+
+// publishLocked tells every member the ring of the members it sees: all,
+// unless split says otherwise.
+func (n *fakeNet) publishLocked() {
+	metas := make(map[string]peers.Meta)
+	for name, m := range n.members {
+		metas[name] = m.meta
+	}
+	for self, m := range n.members {
+		var nodes []ring.Node
+		for name, o := range n.members {
+			if see, split := n.views[self]; !split || see[name] {
+				nodes = append(nodes, ring.Node{ID: name, Weight: o.meta.Weight})
+			}
+		}
+		sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
+		r := ring.New(nodes, ring.Config{VNodes: m.vnodes})
 		m.ring.Store(r)
 		m.metas.Store(&metas)
 		m.onChange(r)

@@ -53,6 +53,11 @@ type fenceMsg struct {
 	ID      string     `json:"id"`
 	Meta    peers.Meta `json:"meta"`
 	Members []string   `json:"members"`
+	// Dead, sent to a returning member (view.returning), is the boot ID it
+	// had when this node saw it go: it was declared dead, and drops what
+	// it holds before it answers. Nodes that predate the field ignore it;
+	// tellReturning has told them already.
+	Dead string `json:"dead,omitempty"`
 }
 
 // fenceReply is a member's answer: the members it knows (so that two
@@ -79,14 +84,21 @@ func (cl *cluster) selfMeta() peers.Meta {
 // later view replaces v: that view settles on its own.
 func (cl *cluster) settle(v *view) {
 	defer cl.tasks.Done()
-	payload := cl.fencePayload(v)
+	payload := cl.fencePayload(v, "")
 
 	var mu sync.Mutex
 	learned := make(map[string]peers.Meta)
 	unknown := make(map[string]bool) // members whose gossip has not told them of this node
 	var wg sync.WaitGroup
 	for id, pc := range v.clients {
-		mustAnswer := v.base.Has(id) // it may have owned a key this node gained
+		// It may have owned a key this node gained; a returning member,
+		// any key of this node's.
+		boot, returning := v.returning[id]
+		mustAnswer := v.base.Has(id) || returning
+		payload := payload
+		if returning {
+			payload = cl.fencePayload(v, boot)
+		}
 		wg.Go(func() {
 			deadline := cl.srv.cfg.Now().Add(cl.cfg.InvalidateTimeout)
 			for {
@@ -151,13 +163,19 @@ func (cl *cluster) settle(v *view) {
 			return
 		}
 	}
+	for id, boot := range v.returning {
+		if cl.returning[id] == boot {
+			delete(cl.returning, id) // it answered a fence that told it
+		}
+	}
 	cl.settled = v.ring
 	close(v.done)
 }
 
-// fencePayload is the fence this node sends in view v.
-func (cl *cluster) fencePayload(v *view) []byte {
-	msg := fenceMsg{ID: cl.id, Meta: cl.selfMeta()}
+// fencePayload is the fence this node sends in view v; dead, if not
+// empty, is fenceMsg.Dead.
+func (cl *cluster) fencePayload(v *view, dead string) []byte {
+	msg := fenceMsg{ID: cl.id, Meta: cl.selfMeta(), Dead: dead}
 	for _, n := range v.ring.Nodes() {
 		msg.Members = append(msg.Members, n.ID)
 	}
@@ -185,7 +203,7 @@ func (cl *cluster) renewFences() {
 	if len(todo) == 0 {
 		return
 	}
-	payload := cl.fencePayload(v)
+	payload := cl.fencePayload(v, "")
 	for id, pc := range todo {
 		cl.tasks.Go(func() {
 			reply, err := cl.fence(pc, payload)
@@ -234,11 +252,21 @@ func (cl *cluster) onFence(payload []byte) []byte {
 		b, _ := json.Marshal(reply)
 		return b
 	}
+	if msg.Dead != "" {
+		// Before the reply: the sender serves nothing of what it gained
+		// until it has it, and what this node holds may be stale.
+		cl.onDeclaredDead([]byte(msg.Dead))
+	}
 	if b, ok := cl.gone[msg.ID]; ok && b == msg.Meta.Boot {
 		// The sender was declared dead and never knew: it comes back
 		// with what it owned then, which others have owned since.
 		reply.Dead = true
 		delete(cl.gone, msg.ID)
+	} else if b, ok := cl.returning[msg.ID]; ok && b == msg.Meta.Boot {
+		// This node saw the sender go and has not yet had a fence of its
+		// own answered by it: tellReturning's word may still be on its
+		// way, and the sender may settle before it arrives.
+		reply.Dead = true
 	}
 	gm, inGossip := cl.peers.Meta(msg.ID)
 	reply.Known = inGossip && cl.gossip.Has(msg.ID) && gm.Boot == msg.Meta.Boot

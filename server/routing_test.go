@@ -332,7 +332,7 @@ func TestRoutingFenceKeepsOwnedFills(t *testing.T) {
 		ownedGen, copiedGen := s.gens.current(owned), s.gens.current(copied)
 
 		// The fills are under way: node1 fences node0.
-		s.cl.control("fence", other.cl.fencePayload(other.cl.view.Load()))
+		s.cl.control("fence", other.cl.fencePayload(other.cl.view.Load(), ""))
 		if s.cl.view.Load() != v {
 			t.Fatal("a fence from a member changed the view")
 		}

@@ -45,6 +45,12 @@ type view struct {
 	// departed holds the owners in base that left the ring: their keys
 	// are warmed from them too, while they drain (Server.Shutdown).
 	departed map[string]*departed
+	// returning holds the members of ring that gossip saw go and bring
+	// back (cluster.returning), by the boot ID they went with. Until done,
+	// this node owns none of its keys: those members held it dead and may
+	// have owned any of them. Its fence tells them they were declared
+	// dead, and they must answer it.
+	returning map[string]string
 }
 
 // departed is a previous owner that left. Once it fails to answer, this
@@ -133,7 +139,21 @@ func (cl *cluster) apply() {
 // boot ID it had when this node saw it go (so it was declared dead, not
 // restarted) that it was: it then drops what it owned, which the others
 // may have overwritten meanwhile. It is told before this node routes to it
-// again; an unreachable one is still partitioned and is told nothing.
+// again; an unreachable one is still partitioned and is told nothing here.
+// Either way it is marked returning: the hand-off of the view that brings
+// it back tells it again in its fence and waits for its answer (settle),
+// and this node owns none of its keys until then, since the member held
+// it dead too, as a rule, and took them.
+//
+// Interleavings after a partition heals (X and Y each saw the other go):
+//   - X's view brings Y back first: Y is told by X's word, then by X's
+//     fence, and answers the fence with Dead (Y still holds X gone), so X
+//     drops what it holds before it owns a key again.
+//   - Both views bring the other back at once: each fence carries Dead,
+//     each reply too; both drop everything, twice at worst.
+//   - X told Y (gone forgotten) but its fence is not answered yet when Y's
+//     fence arrives: X answers it with Dead from returning, so Y cannot
+//     settle on the strength of a tell still in flight.
 func (cl *cluster) tellReturning(r *ring.Ring) {
 	cl.mu.Lock()
 	if old := cl.gossip; old != nil {
@@ -154,6 +174,7 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 		delete(cl.gone, n.ID)
 		if m, ok := cl.peers.Meta(n.ID); ok && m.Boot != "" && m.Boot == b {
 			back = append(back, m)
+			cl.returning[n.ID] = b
 		}
 	}
 	cl.mu.Unlock()
@@ -251,6 +272,19 @@ func (cl *cluster) installLocked() {
 	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string),
 		sharedReads: make(map[string]bool), sharedFetches: make(map[string]bool),
 		departed: make(map[string]*departed), done: make(chan struct{})}
+	for id, boot := range cl.returning {
+		if !r.Has(id) {
+			// Out of the ring again before a hand-off told it: gossip
+			// dropped it (gone holds it anew, and its return marks it
+			// again), or it is another run now (nothing to tell).
+			delete(cl.returning, id)
+			continue
+		}
+		if nv.returning == nil {
+			nv.returning = make(map[string]string)
+		}
+		nv.returning[id] = boot
+	}
 	for _, n := range r.Nodes() {
 		nv.byHash[idHash(n.ID)] = n.ID
 		if n.ID == cl.id {
@@ -318,7 +352,7 @@ func (cl *cluster) installLocked() {
 			d.pc.Close()
 		}
 	}
-	if cl.leaving || nv.base == nil || !gains(nv.base, r, cl.id) {
+	if cl.leaving || nv.base == nil || (!gains(nv.base, r, cl.id) && len(nv.returning) == 0) {
 		cl.settled = r
 		close(nv.done)
 		return
@@ -369,7 +403,7 @@ func (cl *cluster) owns(v *view, key string) bool {
 	case <-v.done:
 		return true
 	default:
-		return v.base.Owner(key) == cl.id
+		return v.base.Owner(key) == cl.id && len(v.returning) == 0
 	}
 }
 
