@@ -721,7 +721,7 @@ func TestSharedReadsDoNotWaitForWriteRounds(t *testing.T) {
 	round.end()
 	<-slowDone
 	if got := statOf(t, entry.addr, "peer_reads_streamed"); got != "1" {
-		t.Errorf("peer_reads_streamed: %s, want 1 (the read of slow)", got)
+		t.Errorf("peer_reads_streamed: %s, want 1 (the read of slow); peer_errors %s", got, statOf(t, entry.addr, "peer_errors"))
 	}
 }
 
