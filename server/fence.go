@@ -210,6 +210,9 @@ func (cl *cluster) renewFences() {
 			if err != nil {
 				return
 			}
+			if reply.Dead {
+				cl.onDeclaredDead([]byte(cl.boot))
+			}
 			cl.mu.Lock()
 			if reply.Known {
 				delete(cl.unconfirmed, id)
@@ -262,6 +265,9 @@ func (cl *cluster) onFence(payload []byte) []byte {
 		// with what it owned then, which others have owned since.
 		reply.Dead = true
 		delete(cl.gone, msg.ID)
+		// Sticky until a fence of this node's own, carrying Dead, is
+		// answered by the sender (settle): this reply may be lost.
+		cl.returning[msg.ID] = b
 	} else if b, ok := cl.returning[msg.ID]; ok && b == msg.Meta.Boot {
 		// This node saw the sender go and has not yet had a fence of its
 		// own answered by it: tellReturning's word may still be on its

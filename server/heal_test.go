@@ -1,9 +1,14 @@
 package server
 
 import (
+	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"spillway/ring"
 )
 
 // A partition that outlasted failure detection heals, and gossip brings
@@ -69,4 +74,242 @@ func TestHealedPartitionServesNothingOverwritten(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Found by review (helper, hostile): each failed on 527d4fb.
+
+// splitAndOverwrite stores "old" under a key node0 owns, splits node0 off,
+// waits past the owner grace and overwrites the key with "new" at node1,
+// which owns it during the split. It returns the key.
+func splitAndOverwrite(t *testing.T, n *fakeNet, nodes []*fakeNode) string {
+	t.Helper()
+	key := ownedBy(nodes[0], "node0", "heal", 1)[0]
+	c0 := dialPipe(t, n, nodes[0].client())
+	c0.send("set " + key + " 0 0 3\r\nold\r\n")
+	c0.expect("STORED\r\n")
+	n.split("node0")
+	synctest.Wait()
+	time.Sleep(nodes[1].srv.cl.cfg.OwnerGrace + time.Second)
+	if got := nodes[1].srv.cl.view.Load().ring.Owner(key); got != "node1" {
+		t.Fatalf("node1's view gives %s to node1's side member %s", key, got)
+	}
+	c1 := dialPipe(t, n, nodes[1].client())
+	c1.send("set " + key + " 0 0 3\r\nnew\r\n")
+	c1.expect("STORED\r\n")
+	return key
+}
+
+// checkNoOld reads key at every node and fails on "old".
+func checkNoOld(t *testing.T, n *fakeNet, nodes []*fakeNode, key, when string) {
+	t.Helper()
+	for _, nd := range nodes {
+		c := dialPipe(t, n, nd.client())
+		if v, hit := rawGetValue(t, c, key); hit && v == "old" {
+			t.Errorf("%s: %s serves %q, overwritten during the partition", when, nd.name, v)
+		}
+	}
+}
+
+// inOnFence reports whether the caller runs inside onFence.
+func inOnFence() bool {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, ".onFence") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// A lost reply. node0's gossip heals first: its fence (Dead) reaches node1, which
+// flushes, answers Dead (it holds node0 gone) and forgets node0's death.
+// The answer is lost (the link flaps, or onFence outlasts PeerTimeout
+// while installLocked waits for a write under way). node0 fences again:
+// node1 holds node0 neither gone nor returning (its gossip still lags),
+// answers without Dead, and node0 settles without ever dropping what it
+// held before the cut.
+func TestHealFenceReplyLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n *fakeNet
+		var arm atomic.Bool
+		n, nodes := startFakeCluster(t, 2, func(cfg *Config) {
+			if cfg.Cluster.Peers.Name != "node1" {
+				return
+			}
+			cfg.Now = func() time.Time {
+				// Once, inside node1's onFence, after it computed its
+				// reply: the link goes down before the reply is written.
+				if arm.Load() && inOnFence() && arm.CompareAndSwap(true, false) {
+					n.hang("peer:node1")
+				}
+				return time.Now()
+			}
+		})
+		key := splitAndOverwrite(t, n, nodes)
+
+		arm.Store(true)
+		n.heal("node0")
+		synctest.Wait()
+		if arm.Load() {
+			t.Fatal("node1 never got node0's fence")
+		}
+		if nodes[1].srv.counters[ctrDeclaredDead].Load() == 0 {
+			t.Fatal("node1 did not drop its items on node0's fence")
+		}
+		time.Sleep(time.Second) // node0's fence times out, it retries
+		n.resume("peer:node1")
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if v := nodes[0].srv.cl.view.Load(); v.ring.Len() != 2 || !isClosed(v.done) {
+			t.Fatalf("node0's view: %d members, settled %v", v.ring.Len(), isClosed(v.done))
+		}
+		checkNoOld(t, n, nodes, key, "node0's view healed")
+		n.heal()
+		synctest.Wait()
+		checkNoOld(t, n, nodes, key, "after the heal")
+		if nodes[0].srv.counters[ctrDeclaredDead].Load() == 0 {
+			t.Errorf("node0 never learned it had been declared dead")
+		}
+	})
+}
+
+// setView makes name's gossip see only members (all when none).
+func (n *fakeNet) setView(name string, members ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.views == nil {
+		n.views = make(map[string]map[string]bool)
+	}
+	if len(members) == 0 {
+		delete(n.views, name)
+	} else {
+		see := make(map[string]bool)
+		for _, m := range members {
+			see[m] = true
+		}
+		n.views[name] = see
+	}
+	n.publishLocked()
+}
+
+// A renewed fence. renewFences sent a fence without Dead and ignores the reply's
+// Dead, but onFence consumes the receiver's gone[sender] all the same.
+// node0 renews its fence to node1 (node1's gossip never confirmed node0);
+// meanwhile node1's gossip brought node0 back and declared it dead again
+// (a flap seen by node1 only), node1 took node0's keys and acked a write.
+// node0's renew reaches node1: node1 answers Dead, forgets the death and
+// takes node0 back through the fence; node0 ignores Dead and serves what
+// it held before node1's write.
+func TestHealRenewedFenceCarriesDead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		n, nodes := startFakeCluster(t, 3, func(cfg *Config) {
+			cfg.Cluster.OwnerGrace = time.Second
+			cfg.Cluster.FenceTTL = 2 * time.Minute // renewFences every 30 s
+		})
+		var key string
+		for _, k := range ownedBy(nodes[0], "node0", "renew", 50) {
+			if ringOf("node1", "node2").Owner(k) == "node1" {
+				key = k
+				break
+			}
+		}
+		// node1's gossip declares node0 dead; then node0's drops node2,
+		// so node0 gains keys and fences node1, whose gossip does not know
+		// node0: node1 answers Dead (node0 drops everything) and Known
+		// false, so node0 will renew that fence.
+		n.setView("node1", "node1", "node2")
+		synctest.Wait()
+		n.setView("node0", "node0", "node1")
+		synctest.Wait()
+		if !nodes[0].srv.cl.unconfirmed["node1"] {
+			t.Fatal("node0 does not renew its fence to node1")
+		}
+		c0 := dialPipe(t, n, nodes[0].client())
+		c0.send("set " + key + " 0 0 3\r\nold\r\n")
+		c0.expect("STORED\r\n")
+
+		// Past the first renewal, node1's gossip brings node0 back and
+		// declares it dead again.
+		time.Sleep(start.Add(31 * time.Second).Sub(time.Now()))
+		n.setView("node1")
+		synctest.Wait()
+		n.setView("node1", "node1", "node2")
+		synctest.Wait()
+		time.Sleep(2 * time.Second) // past the owner grace
+		if got := nodes[1].srv.cl.view.Load().ring.Owner(key); got != "node1" {
+			t.Fatalf("node1's view gives %s to %s", key, got)
+		}
+		c1 := dialPipe(t, n, nodes[1].client())
+		c1.send("set " + key + " 0 0 3\r\nnew\r\n")
+		c1.expect("STORED\r\n")
+
+		// node0's next renewal.
+		time.Sleep(start.Add(61 * time.Second).Sub(time.Now()))
+		synctest.Wait()
+		checkNoOld(t, n, nodes[:2], key, "after node0's fence renewal")
+		n.heal()
+		synctest.Wait()
+		settle(t, nodes)
+		checkNoOld(t, n, nodes, key, "after the heal")
+	})
+}
+
+// ringOf is the ring of the named members, as the fake cluster builds it.
+func ringOf(ids ...string) *ring.Ring {
+	var nodes []ring.Node
+	for _, id := range ids {
+		nodes = append(nodes, ring.Node{ID: id, Weight: 1})
+	}
+	return ring.New(nodes, ring.Config{})
+}
+
+// A flap. node0's gossip heals first and its fence (Dead) brings
+// node0 into node1's view through the fence, not through node1's gossip,
+// which still lags. The link breaks again before node1's gossip catches
+// up: node0's gossip drops node1 (no fence renewal: node1 is out of its
+// view), node1's fence record of node0 lapses after FenceTTL and node1
+// takes node0's keys again and acks writes of them. But only a member
+// that leaves the GOSSIP ring is recorded in gone, so node1 does not hold
+// node0 dead; at the next heal node1 answers node0's Dead fence without
+// Dead and node0 keeps what it held.
+func TestHealFencedMemberLapses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, nil)
+		key := ownedBy(nodes[0], "node0", "flap", 1)[0]
+		n.split("node0")
+		synctest.Wait()
+		n.heal("node0") // node0's gossip heals; node1's lags
+		synctest.Wait()
+		if v := nodes[1].srv.cl.view.Load(); v.ring.Len() != 2 {
+			t.Fatalf("node1's view has %d members after node0's fence, want 2", v.ring.Len())
+		}
+		if v := nodes[0].srv.cl.view.Load(); !isClosed(v.done) {
+			t.Fatal("node0's healed view did not settle")
+		}
+		c0 := dialPipe(t, n, nodes[0].client())
+		c0.send("set " + key + " 0 0 3\r\nold\r\n")
+		c0.expect("STORED\r\n")
+
+		n.setView("node0", "node0") // the link breaks again
+		synctest.Wait()
+		cfg := nodes[1].srv.cl.cfg
+		time.Sleep(cfg.FenceTTL + cfg.FenceTTL/4 + cfg.OwnerGrace + 5*time.Second) // lapse, then the owner grace
+		if got := nodes[1].srv.cl.view.Load().ring.Owner(key); got != "node1" {
+			t.Fatalf("node1's view still gives %s to %s", key, got)
+		}
+		c1 := dialPipe(t, n, nodes[1].client())
+		c1.send("set " + key + " 0 0 3\r\nnew\r\n")
+		c1.expect("STORED\r\n")
+
+		n.heal()
+		synctest.Wait()
+		settle(t, nodes)
+		checkNoOld(t, n, nodes, key, "after the second heal")
+	})
 }

@@ -269,6 +269,15 @@ func (cl *cluster) installLocked() {
 	if cl.hist.Load() != nil && sameMembers(old.ring, r) && !restarted {
 		return
 	}
+	for _, n := range old.ring.Nodes() {
+		// Out of the view for any reason, a fence's lapse included: this
+		// node takes its keys, as if gossip had seen it go.
+		if _, ok := cl.gone[n.ID]; !ok && n.ID != cl.id && !r.Has(n.ID) && !cl.leaving {
+			if b := cl.boots[n.ID]; b != "" {
+				cl.gone[n.ID] = b
+			}
+		}
+	}
 	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string),
 		sharedReads: make(map[string]bool), sharedFetches: make(map[string]bool),
 		departed: make(map[string]*departed), done: make(chan struct{})}
