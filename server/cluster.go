@@ -223,12 +223,23 @@ type cluster struct {
 	// ID).
 	boots map[string]string
 	gone  map[string]string
-	// returning holds the members gossip brought back under the boot ID
-	// they had when it saw them go (a partition healed, a pause ended),
-	// by that boot ID, until a hand-off in which they answered a fence
-	// telling them so completes (see settle): they may have owned any of
-	// this node's keys meanwhile.
+	// returning holds the members this node saw go that came back under
+	// the same boot ID (a partition healed, a pause ended), by that boot
+	// ID: its fences tell them they were declared dead, and so do its
+	// answers to theirs, until one of its own has been answered.
 	returning map[string]string
+	// together holds, by boot ID, the members that have been in every
+	// view this node installed since its first, or since they last
+	// answered one of its fences: the others it may have owned keys
+	// apart from (see merge.go). installs counts installed views, and
+	// lackedAt is the count at the last view without a member.
+	together map[string]string
+	installs uint64
+	lackedAt map[string]uint64
+	// heard holds, by boot ID, the members in the view whose word on
+	// owning apart this node has had: their fence, or their answer to its
+	// own.
+	heard map[string]string
 	// gossipBoots is the boot ID gossip gave each member of its ring at
 	// the last install (boots may hold a newer one, from a fence).
 	gossipBoots map[string]string
@@ -285,7 +296,9 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cl := &cluster{cfg: cfg, srv: srv, log: srv.cfg.Logger, picker: picker, copies: copies,
 		holders:      newHolders(cfg.CopyTTL, holderShare(cfg.CopyMaxBytes)),
 		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: hex.EncodeToString(b[:]),
-		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string), returning: make(map[string]string), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
+		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string),
+		returning: make(map[string]string), together: make(map[string]string), lackedAt: make(map[string]uint64),
+		heard: make(map[string]string), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}
 	cl.view.Store(&view{ring: ring.New(nil, ring.Config{}), done: closedChan})
 	cfg.Peers.Meta.Boot = cl.boot

@@ -53,11 +53,14 @@ type fenceMsg struct {
 	ID      string     `json:"id"`
 	Meta    peers.Meta `json:"meta"`
 	Members []string   `json:"members"`
-	// Dead, sent to a returning member (view.returning), is the boot ID it
-	// had when this node saw it go: it was declared dead, and drops what
-	// it holds before it answers. Nodes that predate the field ignore it;
-	// tellReturning has told them already.
+	// Dead, sent to a returning member (cluster.returning), is the boot ID
+	// it had when this node saw it go: it was declared dead, and drops
+	// what it holds before it answers. Nodes that predate the field ignore
+	// it; tellReturning has told them already.
 	Dead string `json:"dead,omitempty"`
+	// Apart: this node may have owned keys in views without the receiver's
+	// run (merge.go).
+	Apart bool `json:"apart,omitempty"`
 }
 
 // fenceReply is a member's answer: the members it knows (so that two
@@ -65,7 +68,8 @@ type fenceMsg struct {
 // it of the sender already.
 type fenceReply struct {
 	Known   bool                  `json:"known"`
-	Dead    bool                  `json:"dead,omitempty"` // this node had declared the sender dead
+	Dead    bool                  `json:"dead,omitempty"`  // this node had declared the sender dead
+	Apart   bool                  `json:"apart,omitempty"` // this node may have owned keys in views without the sender's run
 	Members map[string]peers.Meta `json:"members"`
 	Refused string                `json:"refused,omitempty"`
 }
@@ -84,29 +88,46 @@ func (cl *cluster) selfMeta() peers.Meta {
 // later view replaces v: that view settles on its own.
 func (cl *cluster) settle(v *view) {
 	defer cl.tasks.Done()
-	payload := cl.fencePayload(v, "")
+	type fenceTo struct {
+		payload []byte
+		dead    string
+	}
+	cl.mu.Lock()
+	sent := cl.installs
+	fences := make(map[string]fenceTo, len(v.clients))
+	for id := range v.clients {
+		payload, dead := cl.fenceForLocked(v, id, cl.boots[id])
+		fences[id] = fenceTo{payload, dead}
+	}
+	cl.mu.Unlock()
 
 	var mu sync.Mutex
 	learned := make(map[string]peers.Meta)
 	unknown := make(map[string]bool) // members whose gossip has not told them of this node
 	var wg sync.WaitGroup
 	for id, pc := range v.clients {
-		// It may have owned a key this node gained; a returning member,
-		// any key of this node's.
-		boot, returning := v.returning[id]
-		mustAnswer := v.base.Has(id) || returning
-		payload := payload
-		if returning {
-			payload = cl.fencePayload(v, boot)
-		}
+		f := fences[id]
+		// It may have owned a key this node gained, or it must learn it
+		// was declared dead.
+		mustAnswer := v.base.Has(id) || f.dead != ""
+		// This node owns none of its keys until it has the member's word
+		// (merge.go), or for two peer timeouts: then it drops what it
+		// holds and owns its keys empty rather than not at all, since a
+		// member whose peer port is out of reach (its TLS or secret
+		// differs, a firewall) may stay in gossip for good.
+		waitWord := v.pending[id]
+		wordBy := cl.srv.cfg.Now().Add(2 * cl.cfg.PeerTimeout)
 		wg.Go(func() {
 			deadline := cl.srv.cfg.Now().Add(cl.cfg.InvalidateTimeout)
 			for {
-				reply, err := cl.fence(pc, payload)
-				if err == nil && reply.Dead {
-					cl.onDeclaredDead([]byte(cl.boot))
+				reply, err := cl.fence(pc, f.payload)
+				now := cl.srv.cfg.Now()
+				if err != nil && waitWord && now.After(wordBy) {
+					cl.noWord(v, id, err)
+					waitWord = false
 				}
 				if err == nil {
+					cl.answered(id, reply, f.dead, sent)
 					mu.Lock()
 					unknown[id] = !reply.Known
 					for mid, m := range reply.Members {
@@ -117,7 +138,7 @@ func (cl *cluster) settle(v *view) {
 					mu.Unlock()
 					return
 				}
-				if !mustAnswer && cl.srv.cfg.Now().After(deadline) {
+				if !mustAnswer && !waitWord && now.After(deadline) {
 					cl.srv.lostInvalidation("fence", id, err)
 					return
 				}
@@ -163,24 +184,21 @@ func (cl *cluster) settle(v *view) {
 			return
 		}
 	}
-	for id, boot := range v.returning {
-		if cl.returning[id] == boot {
-			delete(cl.returning, id) // it answered a fence that told it
-		}
-	}
 	cl.settled = v.ring
 	close(v.done)
 }
 
-// fencePayload is the fence this node sends in view v; dead, if not
-// empty, is fenceMsg.Dead.
-func (cl *cluster) fencePayload(v *view, dead string) []byte {
-	msg := fenceMsg{ID: cl.id, Meta: cl.selfMeta(), Dead: dead}
-	for _, n := range v.ring.Nodes() {
-		msg.Members = append(msg.Members, n.ID)
+// answered takes member id's answer to a fence sent at install count
+// sent, which told it dead ("" for nothing).
+func (cl *cluster) answered(id string, reply fenceReply, dead string, sent uint64) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	boot := cl.boots[id]
+	if m, ok := reply.Members[id]; ok {
+		boot = m.Boot // the run that answered
 	}
-	payload, _ := json.Marshal(msg)
-	return payload
+	cl.hearLocked(id, boot, reply.Dead, reply.Apart)
+	cl.answeredLocked(id, boot, dead, sent)
 }
 
 // renewFences fences again the members that had not heard of this node
@@ -199,20 +217,19 @@ func (cl *cluster) renewFences() {
 			delete(cl.unconfirmed, id)
 		}
 	}
-	cl.mu.Unlock()
-	if len(todo) == 0 {
-		return
+	sent := cl.installs
+	payloads, deads := make(map[string][]byte), make(map[string]string)
+	for id := range todo {
+		payloads[id], deads[id] = cl.fenceForLocked(v, id, cl.boots[id])
 	}
-	payload := cl.fencePayload(v, "")
+	cl.mu.Unlock()
 	for id, pc := range todo {
 		cl.tasks.Go(func() {
-			reply, err := cl.fence(pc, payload)
+			reply, err := cl.fence(pc, payloads[id])
 			if err != nil {
 				return
 			}
-			if reply.Dead {
-				cl.onDeclaredDead([]byte(cl.boot))
-			}
+			cl.answered(id, reply, deads[id], sent)
 			cl.mu.Lock()
 			if reply.Known {
 				delete(cl.unconfirmed, id)
@@ -255,11 +272,12 @@ func (cl *cluster) onFence(payload []byte) []byte {
 		b, _ := json.Marshal(reply)
 		return b
 	}
-	if msg.Dead != "" {
-		// Before the reply: the sender serves nothing of what it gained
-		// until it has it, and what this node holds may be stale.
-		cl.onDeclaredDead([]byte(msg.Dead))
-	}
+	// This node's word on owning apart, before hearing the sender's (which
+	// does not change it: only an answer to this node's own fence does).
+	reply.Apart = cl.apartFromLocked(msg.ID, msg.Meta.Boot)
+	// Before the reply and before the sender is in this node's view: what
+	// this node holds may be stale.
+	cl.hearLocked(msg.ID, msg.Meta.Boot, msg.Dead != "" && msg.Dead == cl.boot, msg.Apart)
 	if b, ok := cl.gone[msg.ID]; ok && b == msg.Meta.Boot {
 		// The sender was declared dead and never knew: it comes back
 		// with what it owned then, which others have owned since.
@@ -307,12 +325,18 @@ func (cl *cluster) onDeclaredDead(boot []byte) []byte {
 	}
 	cl.log.Warn("the cluster declared this node dead; dropping every item it held")
 	cl.srv.counters[ctrDeclaredDead].Add(1)
+	cl.dropAll()
+	return []byte("flushed")
+}
+
+// dropAll drops every item this node holds, owned and copies, and fences
+// the fills under way.
+func (cl *cluster) dropAll() {
 	// Not through Server.flushLocal: this can run while New is still
 	// joining, before the server knows its cluster.
 	cl.srv.gens.bumpAll()
 	cl.srv.store.Flush(0)
 	cl.copies.Flush(0)
-	return []byte("flushed")
 }
 
 // control answers a membership message on the peer port.

@@ -332,7 +332,10 @@ func TestRoutingFenceKeepsOwnedFills(t *testing.T) {
 		ownedGen, copiedGen := s.gens.current(owned), s.gens.current(copied)
 
 		// The fills are under way: node1 fences node0.
-		s.cl.control("fence", other.cl.fencePayload(other.cl.view.Load(), ""))
+		other.cl.mu.Lock()
+		fence, _ := other.cl.fenceForLocked(other.cl.view.Load(), s.cl.id, s.cl.boot)
+		other.cl.mu.Unlock()
+		s.cl.control("fence", fence)
 		if s.cl.view.Load() != v {
 			t.Fatal("a fence from a member changed the view")
 		}

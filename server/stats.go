@@ -78,6 +78,7 @@ const (
 	ctrLostInvalidations
 	ctrRefusedWrites // writes refused here: this node does not own the key
 	ctrDeclaredDead  // times this node learned the others had declared it dead (it dropped all it held)
+	ctrMergeDrops    // times this node dropped all it held on meeting a member that owned keys apart from it while it did too
 
 	numStats
 )
@@ -254,6 +255,7 @@ var statLines = []statLine{
 	counterLine(ctrLostInvalidations, "lost_invalidations", "spillway_lost_invalidations_total", "Copies that may outlive a write because their holder could not be told in time (served at most until the copy TTL)."),
 	counterLine(ctrRefusedWrites, "refused_writes", "spillway_refused_writes_total", "Writes refused because this node does not own the key in its view."),
 	counterLine(ctrDeclaredDead, "declared_dead", "spillway_declared_dead_total", "Times this node learned the others had declared it dead, and dropped every item it held."),
+	counterLine(ctrMergeDrops, "merge_drops", "spillway_merge_drops_total", "Times this node dropped every item it held on meeting a member that had owned keys in views without it while it did the same without that member."),
 }
 
 // counterLine is the line of a counter in totals.

@@ -26,6 +26,7 @@ type fenceRecord struct {
 // view is an immutable snapshot of the membership.
 type view struct {
 	ring    *ring.Ring
+	boots   map[string]string       // each member's run (boot ID), self excluded
 	clients map[string]*wire.Client // by node ID, self excluded
 	// sharedReads holds the members that answer reads on shared
 	// connections (peers.Meta.SharedReads); the others are read the older
@@ -45,12 +46,14 @@ type view struct {
 	// departed holds the owners in base that left the ring: their keys
 	// are warmed from them too, while they drain (Server.Shutdown).
 	departed map[string]*departed
-	// returning holds the members of ring that gossip saw go and bring
-	// back (cluster.returning), by the boot ID they went with. Until done,
-	// this node owns none of its keys: those members held it dead and may
-	// have owned any of them. Its fence tells them they were declared
-	// dead, and they must answer it.
-	returning map[string]string
+	// pending holds the members that entered this view under a run whose
+	// word on owning apart this node had not had (merge.go): until each
+	// has given it (heardFrom, under the cluster's mu), held is set, this
+	// node owns none of its keys, and heardAll is open.
+	pending   map[string]bool
+	heardFrom map[string]bool
+	held      atomic.Bool
+	heardAll  chan struct{}
 }
 
 // departed is a previous owner that left. Once it fails to answer, this
@@ -140,10 +143,10 @@ func (cl *cluster) apply() {
 // restarted) that it was: it then drops what it owned, which the others
 // may have overwritten meanwhile. It is told before this node routes to it
 // again; an unreachable one is still partitioned and is told nothing here.
-// Either way it is marked returning: the hand-off of the view that brings
-// it back tells it again in its fence and waits for its answer (settle),
-// and this node owns none of its keys until then, since the member held
-// it dead too, as a rule, and took them.
+// Either way it is marked returning: this node's fences, and its answers
+// to the member's, tell it again until it has answered one of this node's
+// (merge.go). The member enters the view as any member does: this node
+// owns none of its keys until it has had the member's word.
 //
 // Interleavings after a partition heals (X and Y each saw the other go):
 //   - X's view brings Y back first: Y is told by X's word, then by X's
@@ -269,30 +272,57 @@ func (cl *cluster) installLocked() {
 	if cl.hist.Load() != nil && sameMembers(old.ring, r) && !restarted {
 		return
 	}
+	cl.installs++
 	for _, n := range old.ring.Nodes() {
+		if n.ID == cl.id || r.Has(n.ID) {
+			continue
+		}
 		// Out of the view for any reason, a fence's lapse included: this
 		// node takes its keys, as if gossip had seen it go.
-		if _, ok := cl.gone[n.ID]; !ok && n.ID != cl.id && !r.Has(n.ID) && !cl.leaving {
-			if b := cl.boots[n.ID]; b != "" {
+		if _, ok := cl.gone[n.ID]; !ok && !cl.leaving {
+			if b := old.boots[n.ID]; b != "" {
 				cl.gone[n.ID] = b
 			}
+		}
+		delete(cl.together, n.ID)
+		delete(cl.heard, n.ID)
+		cl.lackedAt[n.ID] = cl.installs
+	}
+	for id := range cl.returning {
+		if !r.Has(id) {
+			// Out of the ring again before a fence told it: gossip
+			// dropped it (gone holds it anew, and its return marks it
+			// again), or it is another run now (nothing to tell).
+			delete(cl.returning, id)
 		}
 	}
 	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string),
 		sharedReads: make(map[string]bool), sharedFetches: make(map[string]bool),
-		departed: make(map[string]*departed), done: make(chan struct{})}
-	for id, boot := range cl.returning {
-		if !r.Has(id) {
-			// Out of the ring again before a hand-off told it: gossip
-			// dropped it (gone holds it anew, and its return marks it
-			// again), or it is another run now (nothing to tell).
-			delete(cl.returning, id)
+		departed: make(map[string]*departed), done: make(chan struct{}),
+		boots: make(map[string]string), pending: make(map[string]bool), heardFrom: make(map[string]bool), heardAll: make(chan struct{})}
+	first := cl.hist.Load() == nil
+	entering := false
+	for _, n := range r.Nodes() {
+		if n.ID == cl.id {
 			continue
 		}
-		if nv.returning == nil {
-			nv.returning = make(map[string]string)
+		boot := metas[n.ID].Boot
+		nv.boots[n.ID] = boot
+		if first {
+			cl.together[n.ID] = boot // the members it knew from the start
 		}
-		nv.returning[id] = boot
+		if old.boots[n.ID] == boot && old.ring.Has(n.ID) {
+			continue
+		}
+		entering = true
+		if cl.heard[n.ID] != boot {
+			nv.pending[n.ID] = true
+		}
+	}
+	if len(nv.pending) > 0 {
+		nv.held.Store(true)
+	} else {
+		close(nv.heardAll)
 	}
 	for _, n := range r.Nodes() {
 		nv.byHash[idHash(n.ID)] = n.ID
@@ -361,7 +391,7 @@ func (cl *cluster) installLocked() {
 			d.pc.Close()
 		}
 	}
-	if cl.leaving || nv.base == nil || (!gains(nv.base, r, cl.id) && len(nv.returning) == 0) {
+	if cl.leaving || nv.base == nil || (!gains(nv.base, r, cl.id) && !entering) {
 		cl.settled = r
 		close(nv.done)
 		return
@@ -412,7 +442,7 @@ func (cl *cluster) owns(v *view, key string) bool {
 	case <-v.done:
 		return true
 	default:
-		return v.base.Owner(key) == cl.id && len(v.returning) == 0
+		return v.base.Owner(key) == cl.id && !v.held.Load()
 	}
 }
 
@@ -425,8 +455,13 @@ func (cl *cluster) awaitOwnership(key string) *view {
 	}
 	t := time.NewTimer(cl.cfg.PeerTimeout)
 	defer t.Stop()
+	var heard <-chan struct{} // a key it owned before only waits on word from members
+	if v.base != nil && v.base.Owner(key) == cl.id {
+		heard = v.heardAll
+	}
 	select {
 	case <-v.done:
+	case <-heard:
 	case <-t.C:
 	}
 	return cl.view.Load()

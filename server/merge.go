@@ -1,0 +1,126 @@
+package server
+
+import "encoding/json"
+
+// Merges. A node and a member may each have owned keys in views without
+// the other: the two sides of a partition (each declared the other dead),
+// a node that ran alone before it found the cluster, a node that restarted
+// or joined on one side of a partition, two clusters that formed apart.
+// Each then acked writes of keys the other also held, so once they meet,
+// what either holds may be older than what the other acked. Neither can
+// tell by itself: the member's run may be one this node never saw.
+//
+// So each node keeps, per member, whether that member's run has been in
+// every view it installed since its first, or since the member last
+// answered one of its fences (cluster.together): if not, it may have owned
+// keys apart from it. Every fence and every answer carries that word
+// (Apart), and a node drops every item it holds when both it and the
+// member were apart. The declared-dead word (Dead) stays: a member that
+// this node saw go, which comes back under the same run, kept owning its
+// keys while this node owned them too, even if it never saw this node go.
+//
+// A member that enters a view, under a run whose word this node has not
+// had, holds all of this node's keys until it answers the view's fence
+// (view.held): this node may have to drop what it holds first. Its fence
+// arriving first does as well. The view's fence goes to every member that
+// entered it, so that their answers, once no view lacked them since it was
+// sent, make them together again.
+//
+// Interleavings worth keeping in mind:
+//   - A normal join: the joiner's first view holds the members, so it
+//     was apart from none of them; the members were apart from it (they
+//     never saw its run) and say so, but only one side was apart: no one
+//     drops anything. The same for a restart that rejoins at once, whose
+//     handed-back keys (handover.go) therefore stay.
+//   - A node that ran alone (its seeds unreachable), then joins: both
+//     apart, both drop what they hold.
+//   - A partition heals: each side apart from the other, all drop; those
+//     declared dead are told so too.
+//   - A node restarts on one side of a partition, or joins it: the other
+//     side never saw its run, and it owned keys without the other side;
+//     both drop at the heal.
+//   - An answer is lost: the word is sticky (together is set only by an
+//     answer to this node's own fence), so the retried fence gets the same
+//     answer.
+//   - A view lacking the member is installed while a fence to it is under
+//     way: its answer does not make it together (lackedAt).
+
+// apartFromLocked reports whether this node may have owned keys in a view
+// without member id's run boot since that run last answered its fence.
+// mu held.
+func (cl *cluster) apartFromLocked(id, boot string) bool { return cl.together[id] != boot }
+
+// fenceForLocked is the fence this node sends member id, whose run in
+// this node's view is boot, in view v; dead is the boot ID it tells the
+// member it was declared dead under ("" for none). mu held.
+func (cl *cluster) fenceForLocked(v *view, id, boot string) (payload []byte, dead string) {
+	if b, ok := cl.returning[id]; ok && b == boot {
+		dead = b
+	}
+	msg := fenceMsg{ID: cl.id, Meta: cl.selfMeta(), Dead: dead, Apart: cl.apartFromLocked(id, boot)}
+	for _, n := range v.ring.Nodes() {
+		msg.Members = append(msg.Members, n.ID)
+	}
+	payload, _ = json.Marshal(msg)
+	return payload, dead
+}
+
+// hearLocked takes member id's word, from its fence or its answer to this
+// node's: its run is boot; dead, it had declared this node dead; apart, it
+// owned keys in views without this node. This node drops every item it
+// holds if it must, before it owns a key on the strength of that word.
+// mu held.
+func (cl *cluster) hearLocked(id, boot string, dead, apart bool) {
+	switch {
+	case dead:
+		cl.onDeclaredDead([]byte(cl.boot))
+	case apart && cl.apartFromLocked(id, boot):
+		cl.log.Warn("a member owned keys apart from this node while this node did without it; dropping every item it held", "member", id)
+		cl.srv.counters[ctrMergeDrops].Add(1)
+		cl.dropAll()
+	}
+	cl.heard[id] = boot
+	cl.view.Load().hear(id)
+}
+
+// answeredLocked records that member id's run boot answered a fence this
+// node sent at install count sent, which told it dead ("" for nothing):
+// it has this node's word, so the two are together again unless a view
+// without it came since; and it was told. mu held.
+func (cl *cluster) answeredLocked(id, boot, dead string, sent uint64) {
+	if cl.lackedAt[id] < sent && cl.view.Load().ring.Has(id) {
+		cl.together[id] = boot
+	}
+	if dead != "" && cl.returning[id] == dead {
+		delete(cl.returning, id)
+	}
+}
+
+// noWord gives up waiting for member id's word in view v: this node drops
+// every item it holds, so that whatever the word would have been, it
+// serves nothing the member may have overwritten, and owns its keys again.
+func (cl *cluster) noWord(v *view, id string, err error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if !v.pending[id] || v.heardFrom[id] {
+		return
+	}
+	cl.log.Warn("a member that entered the view did not answer; dropping every item this node held and owning its keys without its word",
+		"member", id, "err", err)
+	cl.srv.counters[ctrMergeDrops].Add(1)
+	cl.dropAll()
+	v.hear(id)
+}
+
+// hear records that member id's word is in, for v's hold (view.held).
+// The cluster's mu held.
+func (v *view) hear(id string) {
+	if !v.pending[id] || v.heardFrom[id] {
+		return
+	}
+	v.heardFrom[id] = true
+	if len(v.heardFrom) == len(v.pending) {
+		v.held.Store(false)
+		close(v.heardAll)
+	}
+}
