@@ -572,19 +572,20 @@ func runCoherence(t *testing.T, sc coherenceScenario, eps float64, load coherenc
 		release()
 	}
 	ran := time.Since(began)
-	var inval, lost, dead, peerErrs, spilled, origin uint64
+	var inval, lost, dead, merges, peerErrs, spilled, origin uint64
 	for _, nd := range cr.nodes {
 		if !nd.closed {
 			inval += nd.srv.counters[ctrInvalidations].Load()
 			lost += nd.srv.counters[ctrLostInvalidations].Load()
 			dead += nd.srv.counters[ctrDeclaredDead].Load()
+			merges += nd.srv.counters[ctrMergeDrops].Load()
 			peerErrs += nd.srv.counters[ctrPeerErrors].Load()
 			spilled += nd.srv.counters[ctrSpilledServed].Load()
 			origin += nd.srv.counters[ctrOriginFetches].Load()
 		}
 	}
-	t.Logf("live nodes: %d spilled fills, %d invalidations sent (%d lost: the contract's exception), %d peer errors, %d origin loads, %d times a node learned it had been declared dead",
-		spilled, inval, lost, peerErrs, origin, dead)
+	t.Logf("live nodes: %d spilled fills, %d invalidations sent (%d lost: the contract's exception), %d peer errors, %d origin loads, %d times a node learned it had been declared dead, %d merge drops",
+		spilled, inval, lost, peerErrs, origin, dead, merges)
 	ops := cr.gen.h.operations()
 	checkStart := time.Now()
 	res := checkHistory(model, ops, load.checkBudget, t.Name())
