@@ -91,13 +91,17 @@ func (cl *cluster) settle(v *view) {
 	type fenceTo struct {
 		payload []byte
 		dead    string
+		wordBy  time.Time // when this node stops waiting for the member's word
 	}
 	cl.mu.Lock()
 	sent := cl.installs
 	fences := make(map[string]fenceTo, len(v.clients))
 	for id := range v.clients {
+		if !v.gains && !v.entering[id] && !v.pending[id] {
+			continue // only the word on owning apart is due (merge.go)
+		}
 		payload, dead := cl.fenceForLocked(v, id, cl.boots[id])
-		fences[id] = fenceTo{payload, dead}
+		fences[id] = fenceTo{payload, dead, cl.wordDue[id].by}
 	}
 	cl.mu.Unlock()
 
@@ -106,7 +110,10 @@ func (cl *cluster) settle(v *view) {
 	unknown := make(map[string]bool) // members whose gossip has not told them of this node
 	var wg sync.WaitGroup
 	for id, pc := range v.clients {
-		f := fences[id]
+		f, ok := fences[id]
+		if !ok {
+			continue
+		}
 		// It may have owned a key this node gained, or it must learn it
 		// was declared dead.
 		mustAnswer := v.base.Has(id) || f.dead != ""
@@ -116,7 +123,7 @@ func (cl *cluster) settle(v *view) {
 		// member whose peer port is out of reach (its TLS or secret
 		// differs, a firewall) may stay in gossip for good.
 		waitWord := v.pending[id]
-		wordBy := cl.srv.cfg.Now().Add(2 * cl.cfg.PeerTimeout)
+		wordBy := f.wordBy // per member run, not per view
 		wg.Go(func() {
 			deadline := cl.srv.cfg.Now().Add(cl.cfg.InvalidateTimeout)
 			for {
@@ -198,6 +205,11 @@ func (cl *cluster) answered(id string, reply fenceReply, dead string, sent uint6
 		boot = m.Boot // the run that answered
 	}
 	cl.hearLocked(id, boot, reply.Dead, reply.Apart)
+	if !cl.view.Load().ring.Has(id) {
+		// A late answer: it went meanwhile, and this is no word for its
+		// return (found by review).
+		delete(cl.heard, id)
+	}
 	cl.answeredLocked(id, boot, dead, sent)
 }
 

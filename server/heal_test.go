@@ -1,8 +1,13 @@
 package server
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -469,6 +474,214 @@ func TestHealMemberOutOfReachHoldsKeysBriefly(t *testing.T) {
 			t.Error("node0 owns its keys again without having dropped what it held")
 		}
 		n.resume("peer:node1")
+		synctest.Wait()
+	})
+}
+
+// Found by a second review (of 1aac1bc): both failed on it.
+
+// A hold released by an unrelated view. A partition {node0,node1} |
+// {node2} heals on node0's side first: node2 enters node0's view v1 under
+// a run whose word node0 has not had, so v1 holds node0's keys (pending).
+// node2's peer port is briefly out of reach (a GC pause, a SIGSTOP, a
+// firewall on the peer port): its word is late. Meanwhile another view is
+// installed at node0 for a reason that has nothing to do with node2 (a
+// node joins; a member of node0's own side leaves gracefully). In that
+// view, v2, node2 is not "entering" (it was in v1 under the same boot), so
+// v2.pending is empty (or only holds the member that joined, whose word
+// comes at once): v2 is not held and node0 owns its keys again, without
+// node2's word, without dropping anything. v1's settle, the only one that
+// waited for node2's word and would have run noWord after 2×PeerTimeout,
+// quit when v2 replaced v1. node0 serves the value it held before the
+// partition, which node2 overwrote during it, for as long as node2's peer
+// port is out of reach.
+func TestMergeHoldNotReleasedByUnrelatedView(t *testing.T) {
+	for _, trigger := range []string{"join", "leave"} {
+		t.Run(trigger, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n, nodes := startFakeCluster(t, 3, nil)
+				final := ringOf("node0", "node1", "node2", "node3")
+				if trigger == "leave" {
+					final = ringOf("node0", "node2")
+				}
+				var key string
+				for _, k := range ownedBy(nodes[0], "node0", "held", 200) {
+					if final.Owner(k) == "node0" {
+						key = k
+						break
+					}
+				}
+				c0 := dialPipe(t, n, nodes[0].client())
+				c0.send("set " + key + " 0 0 3\r\nold\r\n")
+				c0.expect("STORED\r\n")
+
+				n.split("node0", "node1")
+				synctest.Wait()
+				time.Sleep(nodes[0].srv.cl.cfg.OwnerGrace + time.Second)
+				if got := nodes[2].srv.cl.view.Load().ring.Len(); got != 1 {
+					t.Fatalf("node2 sees %d members during the split, want 1", got)
+				}
+				c2 := dialPipe(t, n, nodes[2].client())
+				c2.send("set " + key + " 0 0 3\r\nnew\r\n") // acked after "old"
+				c2.expect("STORED\r\n")
+
+				// node2's peer port is out of reach, and node0's gossip heals.
+				n.hang("peer:node2")
+				n.setView("node0") // node0 sees all
+				// tellReturning waits PeerTimeout for node2 before v1 is installed.
+				time.Sleep(nodes[0].srv.cl.cfg.PeerTimeout + 50*time.Millisecond)
+				if v := nodes[0].srv.cl.view.Load(); !v.ring.Has("node2") || !v.held.Load() {
+					t.Fatalf("node0's view after its heal: has node2 %v, held %v", v.ring.Has("node2"), v.held.Load())
+				}
+				switch trigger {
+				case "join":
+					// node3 joins; only node0 (healed) and node3 see each other.
+					n.mu.Lock()
+					n.views["node1"]["node3"] = false
+					n.mu.Unlock()
+					nodes = append(nodes, startFakeNode(t, n, "node3", nil))
+				case "leave":
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					nodes[1].srv.Shutdown(ctx)
+					cancel()
+				}
+				synctest.Wait()
+				time.Sleep(200 * time.Millisecond) // < 2×PeerTimeout after the heal
+				v := nodes[0].srv.cl.view.Load()
+				t.Logf("node0's view: %d members, held %v, done %v, merge_drops %d",
+					v.ring.Len(), v.held.Load(), isClosed(v.done), nodes[0].srv.counters[ctrMergeDrops].Load())
+				if val, hit := rawGetValue(t, c0, key); hit && val == "old" {
+					t.Errorf("node0 serves %q, overwritten by node2 during the partition, before node2's word", val)
+				}
+				// Long after 2×PeerTimeout: noWord never ran.
+				time.Sleep(10 * time.Second)
+				if val, hit := rawGetValue(t, c0, key); hit && val == "old" {
+					t.Errorf("10 s on, node0 still serves %q (merge_drops %d)", val, nodes[0].srv.counters[ctrMergeDrops].Load())
+				}
+				n.resume("peer:node2")
+				n.heal()
+				synctest.Wait()
+			})
+		})
+	}
+}
+
+// freezableConn delays the fence answers its reads return while frozen: the bytes are
+// not lost, only late (a slow link, a congested queue).
+type freezableConn struct {
+	net.Conn
+	gate *freezeGate
+}
+
+type freezeGate struct {
+	mu     sync.Mutex
+	frozen chan struct{} // open while frozen
+}
+
+func (g *freezeGate) freeze() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.frozen == nil {
+		g.frozen = make(chan struct{})
+	}
+}
+
+func (g *freezeGate) thaw() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.frozen != nil {
+		close(g.frozen)
+		g.frozen = nil
+	}
+}
+
+func (c *freezableConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.gate.mu.Lock()
+	f := c.gate.frozen
+	c.gate.mu.Unlock()
+	if f != nil && bytes.Contains(b[:n], []byte(`"known"`)) { // a fence's answer
+		<-f
+	}
+	return n, err
+}
+
+// A late answer makes a member "heard" while it is out of the view. node0
+// fences node1 (node3 joins); node1 answers at once, but the answer is
+// late on the link back. Meanwhile gossip declares node1 dead at node0
+// (a partition: node1 alone). The answer then arrives: answered →
+// hearLocked sets heard[node1] to node1's run although node1 is not in
+// node0's view (installLocked only deletes heard when a member leaves a
+// view, which already happened). Both sides own keys apart; node1 acks a
+// write of a key node0 owns. The partition heals at node0 first while
+// node1's peer port is out of reach: node1 enters node0's view under a run
+// node0 has "heard", so it is not pending, the view is not held, and node0
+// owns its keys at once — without node1's word, without dropping — and
+// serves what node1 overwrote. 527d4fb held the view for a returning
+// member (view.returning) whatever was heard; 1aac1bc does not.
+func TestMergeLateAnswerIsNoWordForReturn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		gate := &freezeGate{}
+		nodes := []*fakeNode{startFakeNode(t, n, "node0", func(c *Config) {
+			c.Cluster.dial = func(ctx context.Context, addr string) (net.Conn, error) {
+				nc, err := n.dial(ctx, addr)
+				if err != nil || addr != "peer:node1" {
+					return nc, err
+				}
+				return &freezableConn{Conn: nc, gate: gate}, nil
+			}
+		})}
+		nodes = append(nodes, startFakeNode(t, n, "node1", nil), startFakeNode(t, n, "node2", nil))
+		settle(t, nodes)
+
+		final := ringOf("node0", "node1", "node2", "node3")
+		var key string
+		for i := 0; key == ""; i++ {
+			if k := fmt.Sprintf("late%d", i); final.Owner(k) == "node0" {
+				key = k
+			}
+		}
+		c0 := dialPipe(t, n, nodes[0].client())
+		c0.send("set " + key + " 0 0 3\r\nold\r\n")
+		c0.expect("STORED\r\n")
+
+		gate.freeze()
+		nodes = append(nodes, startFakeNode(t, n, "node3", nil)) // node0 fences node1
+		synctest.Wait()
+		n.split("node1") // node1 alone; no time passes: the answer is still in time
+		synctest.Wait()
+		if nodes[0].srv.cl.view.Load().ring.Has("node1") {
+			t.Fatal("node0's view still has node1")
+		}
+		gate.thaw()
+		synctest.Wait()
+		nodes[0].srv.cl.mu.Lock()
+		heard := nodes[0].srv.cl.heard["node1"]
+		nodes[0].srv.cl.mu.Unlock()
+		t.Logf("node0 heard[node1] = %q while node1 is out of its view; declared_dead %d merge_drops %d", heard,
+			nodes[0].srv.counters[ctrDeclaredDead].Load(), nodes[0].srv.counters[ctrMergeDrops].Load())
+
+		time.Sleep(nodes[0].srv.cl.cfg.OwnerGrace + time.Second)
+		c1 := dialPipe(t, n, nodes[1].client())
+		c1.send("set " + key + " 0 0 3\r\nnew\r\n") // acked after "old"
+		c1.expect("STORED\r\n")
+
+		n.hang("peer:node1")
+		n.setView("node0") // node0's gossip heals first
+		time.Sleep(nodes[0].srv.cl.cfg.PeerTimeout + 50*time.Millisecond)
+		v := nodes[0].srv.cl.view.Load()
+		t.Logf("node0's view: has node1 %v, held %v, merge_drops %d, declared_dead %d", v.ring.Has("node1"), v.held.Load(),
+			nodes[0].srv.counters[ctrMergeDrops].Load(), nodes[0].srv.counters[ctrDeclaredDead].Load())
+		if val, hit := rawGetValue(t, c0, key); hit && val == "old" {
+			t.Errorf("node0 serves %q, overwritten by node1 during the partition, before node1's word", val)
+		}
+		time.Sleep(10 * time.Second)
+		if val, hit := rawGetValue(t, c0, key); hit && val == "old" {
+			t.Errorf("10 s on, node0 still serves %q", val)
+		}
+		n.resume("peer:node1")
+		n.heal()
 		synctest.Wait()
 	})
 }

@@ -1,6 +1,9 @@
 package server
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Merges. A node and a member may each have owned keys in views without
 // the other: the two sides of a partition (each declared the other dead),
@@ -80,6 +83,7 @@ func (cl *cluster) hearLocked(id, boot string, dead, apart bool) {
 		cl.dropAll()
 	}
 	cl.heard[id] = boot
+	delete(cl.wordDue, id)
 	cl.view.Load().hear(id)
 }
 
@@ -109,7 +113,20 @@ func (cl *cluster) noWord(v *view, id string, err error) {
 		"member", id, "err", err)
 	cl.srv.counters[ctrMergeDrops].Add(1)
 	cl.dropAll()
+	// Whatever its word would have been, it could only have made this
+	// node drop what it holds: this run's word is as good as in.
+	cl.heard[id] = v.boots[id]
+	delete(cl.wordDue, id)
 	v.hear(id)
+	if cur := cl.view.Load(); cur != v && cur.boots[id] == v.boots[id] {
+		cur.hear(id)
+	}
+}
+
+// wordWait is how long this node waits for a member run's word.
+type wordWait struct {
+	boot string
+	by   time.Time
 }
 
 // hear records that member id's word is in, for v's hold (view.held).

@@ -46,6 +46,12 @@ type view struct {
 	// departed holds the owners in base that left the ring: their keys
 	// are warmed from them too, while they drain (Server.Shutdown).
 	departed map[string]*departed
+	// gains: this node owns keys in ring that it did not own in base.
+	// entering holds the members that are new in this view, or under
+	// another run: settle fences every member when the view gains keys,
+	// else only these.
+	gains    bool
+	entering map[string]bool
 	// pending holds the members that entered this view under a run whose
 	// word on owning apart this node had not had (merge.go): until each
 	// has given it (heardFrom, under the cluster's mu), held is set, this
@@ -285,8 +291,15 @@ func (cl *cluster) installLocked() {
 			}
 		}
 		delete(cl.together, n.ID)
-		delete(cl.heard, n.ID)
 		cl.lackedAt[n.ID] = cl.installs
+	}
+	for id := range cl.heard {
+		if !r.Has(id) {
+			// A word had while out of the view is no word for its return
+			// (a late answer, found by review).
+			delete(cl.heard, id)
+			delete(cl.wordDue, id)
+		}
 	}
 	for id := range cl.returning {
 		if !r.Has(id) {
@@ -299,9 +312,9 @@ func (cl *cluster) installLocked() {
 	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string),
 		sharedReads: make(map[string]bool), sharedFetches: make(map[string]bool),
 		departed: make(map[string]*departed), done: make(chan struct{}),
-		boots: make(map[string]string), pending: make(map[string]bool), heardFrom: make(map[string]bool), heardAll: make(chan struct{})}
+		boots: make(map[string]string), entering: make(map[string]bool), pending: make(map[string]bool),
+		heardFrom: make(map[string]bool), heardAll: make(chan struct{})}
 	first := cl.hist.Load() == nil
-	entering := false
 	for _, n := range r.Nodes() {
 		if n.ID == cl.id {
 			continue
@@ -311,12 +324,17 @@ func (cl *cluster) installLocked() {
 		if first {
 			cl.together[n.ID] = boot // the members it knew from the start
 		}
-		if old.boots[n.ID] == boot && old.ring.Has(n.ID) {
-			continue
-		}
-		entering = true
+		// Pending in every view until its word is in, not only the one
+		// it entered: a view installed meanwhile for another reason must
+		// not lift the hold (found by review).
 		if cl.heard[n.ID] != boot {
 			nv.pending[n.ID] = true
+			if w := cl.wordDue[n.ID]; w.boot != boot {
+				cl.wordDue[n.ID] = wordWait{boot: boot, by: now.Add(2 * cl.cfg.PeerTimeout)}
+			}
+		}
+		if old.boots[n.ID] != boot || !old.ring.Has(n.ID) {
+			nv.entering[n.ID] = true
 		}
 	}
 	if len(nv.pending) > 0 {
@@ -391,7 +409,10 @@ func (cl *cluster) installLocked() {
 			d.pc.Close()
 		}
 	}
-	if cl.leaving || nv.base == nil || (!gains(nv.base, r, cl.id) && !entering) {
+	if nv.base != nil {
+		nv.gains = gains(nv.base, r, cl.id)
+	}
+	if cl.leaving || nv.base == nil || (!nv.gains && len(nv.entering) == 0 && len(nv.pending) == 0) {
 		cl.settled = r
 		close(nv.done)
 		return
