@@ -713,6 +713,11 @@ func TestSharedReadsDoNotWaitForWriteRounds(t *testing.T) {
 		r.send("get " + other + "\r\n")
 		r.expect("VALUE " + other + " 0 1\r\nv\r\nEND\r\n")
 	}
+	// The read of slow was answered NS on a shared connection and asked
+	// again on a stream, where it waits for the round. (The round must not
+	// end before the read has reached the owner: it would be answered at
+	// once, on the shared connection.)
+	waitFor(t, func() bool { return statOf(t, entry.addr, "peer_reads_streamed") == "1" })
 	select {
 	case <-slowDone:
 		t.Error("the read of a key with a write round open answered before the round ended")
