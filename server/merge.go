@@ -22,12 +22,14 @@ import (
 // this node saw go, which comes back under the same run, kept owning its
 // keys while this node owned them too, even if it never saw this node go.
 //
-// A member that enters a view, under a run whose word this node has not
-// had, holds all of this node's keys until it answers the view's fence
-// (view.held): this node may have to drop what it holds first. Its fence
-// arriving first does as well. The view's fence goes to every member that
-// entered it, so that their answers, once no view lacked them since it was
-// sent, make them together again.
+// A member whose run's word this node has not had (its fence, or its
+// answer to this node's) holds all of this node's keys, in every view
+// until the word is in (view.held): this node may have to drop what it
+// holds first. The wait is bounded per member run (wordDue, two peer
+// timeouts): then this node drops what it holds and owns its keys empty
+// (noWord). A view's fence goes to every member that entered it or whose
+// word is awaited, so that their answers, once no view lacked them since
+// it was sent, make them together again.
 //
 // Interleavings worth keeping in mind:
 //   - A normal join: the joiner's first view holds the members, so it
@@ -46,7 +48,10 @@ import (
 //     answer to this node's own fence), so the retried fence gets the same
 //     answer.
 //   - A view lacking the member is installed while a fence to it is under
-//     way: its answer does not make it together (lackedAt).
+//     way: its answer does not make it together (lackedAt), and, arriving
+//     while the member is out of the view, is no word for its return.
+//   - A view installed for another reason (a join, a leave) while a word
+//     is awaited holds as the one before did, and the wait runs on.
 
 // apartFromLocked reports whether this node may have owned keys in a view
 // without member id's run boot since that run last answered its fence.

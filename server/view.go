@@ -52,10 +52,11 @@ type view struct {
 	// else only these.
 	gains    bool
 	entering map[string]bool
-	// pending holds the members that entered this view under a run whose
-	// word on owning apart this node had not had (merge.go): until each
-	// has given it (heardFrom, under the cluster's mu), held is set, this
-	// node owns none of its keys, and heardAll is open.
+	// pending holds the members whose run's word on owning apart this
+	// node had not had when it installed the view (merge.go): until each
+	// has given it, or noWord gave up on it (heardFrom, under the
+	// cluster's mu), held is set, this node owns none of its keys, and
+	// heardAll is open.
 	pending   map[string]bool
 	heardFrom map[string]bool
 	held      atomic.Bool
