@@ -44,9 +44,6 @@ type Peers struct {
 	giveUp     chan struct{}
 	giveUpOnce sync.Once
 	joinDone   chan struct{}
-	// reconnectDone is closed when reconnect has stopped (at once if it
-	// never ran).
-	reconnectDone chan struct{}
 
 	// What retryJoin needs to resolve and join the seeds again.
 	seeds    []string
@@ -95,7 +92,7 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		return nil, fmt.Errorf("peers: start gossip: %w", err)
 	}
 	p := &Peers{self: cfg.Name, ml: ml, ev: ev, giveUp: make(chan struct{}), joinDone: make(chan struct{}),
-		reconnectDone: make(chan struct{}), seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger}
+		seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger}
 	alone := false
 	if len(cfg.Join) > 0 {
 		n, err := p.join()
@@ -116,8 +113,6 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 	}
 	if cfg.ReconnectInterval > 0 {
 		go p.reconnect(cfg.ReconnectInterval)
-	} else {
-		close(p.reconnectDone)
 	}
 	return p, nil
 }
@@ -209,12 +204,7 @@ func (p *Peers) joinNew() {
 	if err != nil {
 		p.log.Debug("peers: resolving the seeds again", "seeds", p.seeds, "err", err)
 	}
-	known := make(map[string]bool)
-	for _, m := range p.ev.cur.Load().nodes {
-		if m.state == stateAlive {
-			known[m.addr] = true
-		}
-	}
+	known := aliveAddrs(p.ev.cur.Load().nodes)
 	var unknown []string
 	for _, a := range addrs {
 		if !known[a] {
@@ -251,7 +241,6 @@ func (p *Peers) joinNew() {
 // owned this node's keys meanwhile) is the server's: peers only reports it
 // as a member again.
 func (p *Peers) reconnect(interval time.Duration) {
-	defer close(p.reconnectDone)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -288,12 +277,7 @@ func (p *Peers) reconnect(interval time.Duration) {
 // same address under another name).
 func (p *Peers) deadAddrs(now time.Time) []string {
 	nodes := p.ev.cur.Load().nodes
-	alive := make(map[string]bool)
-	for _, m := range nodes {
-		if m.state == stateAlive {
-			alive[m.addr] = true
-		}
-	}
+	alive := aliveAddrs(nodes)
 	var addrs []string
 	for id, m := range nodes {
 		if id != p.self && m.state == stateDead && now.Sub(m.died) < reconnectFor && !alive[m.addr] {
@@ -303,6 +287,17 @@ func (p *Peers) deadAddrs(now time.Time) []string {
 	}
 	slices.Sort(addrs)
 	return addrs
+}
+
+// aliveAddrs returns the gossip addresses of the alive members in nodes.
+func aliveAddrs(nodes map[string]*member) map[string]bool {
+	alive := make(map[string]bool)
+	for _, m := range nodes {
+		if m.state == stateAlive {
+			alive[m.addr] = true
+		}
+	}
+	return alive
 }
 
 // Self returns this node's ID.

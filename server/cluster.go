@@ -303,7 +303,7 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 		returning: make(map[string]string), together: make(map[string]string), lackedAt: make(map[string]uint64),
 		heard: make(map[string]string), wordDue: make(map[string]wordWait), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}
-	cl.view.Store(&view{ring: ring.New(nil, ring.Config{}), done: closedChan})
+	cl.view.Store(&view{ring: ring.New(nil, ring.Config{}), done: closedChan, heardAll: closedChan})
 	cfg.Peers.Meta.Boot = cl.boot
 	// Declared dead by a member and refuted: the others owned this node's
 	// keys meanwhile. Drop everything at once, not only when a member that

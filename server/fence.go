@@ -289,7 +289,7 @@ func (cl *cluster) onFence(payload []byte) []byte {
 	reply.Apart = cl.apartFromLocked(msg.ID, msg.Meta.Boot)
 	// Before the reply and before the sender is in this node's view: what
 	// this node holds may be stale.
-	cl.hearLocked(msg.ID, msg.Meta.Boot, msg.Dead != "" && msg.Dead == cl.boot, msg.Apart)
+	cl.hearLocked(msg.ID, msg.Meta.Boot, msg.Dead == cl.boot, msg.Apart)
 	if b, ok := cl.gone[msg.ID]; ok && b == msg.Meta.Boot {
 		// The sender was declared dead and never knew: it comes back
 		// with what it owned then, which others have owned since.

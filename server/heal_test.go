@@ -518,8 +518,8 @@ func TestMergeHoldNotReleasedByUnrelatedView(t *testing.T) {
 				n.setView("node0") // node0 sees all
 				// tellReturning waits PeerTimeout for node2 before v1 is installed.
 				time.Sleep(nodes[0].srv.cl.cfg.PeerTimeout + 50*time.Millisecond)
-				if v := nodes[0].srv.cl.view.Load(); !v.ring.Has("node2") || !v.held.Load() {
-					t.Fatalf("node0's view after its heal: has node2 %v, held %v", v.ring.Has("node2"), v.held.Load())
+				if v := nodes[0].srv.cl.view.Load(); !v.ring.Has("node2") || !v.holding() {
+					t.Fatalf("node0's view after its heal: has node2 %v, held %v", v.ring.Has("node2"), v.holding())
 				}
 				switch trigger {
 				case "join":
@@ -537,7 +537,7 @@ func TestMergeHoldNotReleasedByUnrelatedView(t *testing.T) {
 				time.Sleep(200 * time.Millisecond) // < 2×PeerTimeout after the heal
 				v := nodes[0].srv.cl.view.Load()
 				t.Logf("node0's view: %d members, held %v, done %v, merge_drops %d",
-					v.ring.Len(), v.held.Load(), isClosed(v.done), nodes[0].srv.counters[ctrMergeDrops].Load())
+					v.ring.Len(), v.holding(), isClosed(v.done), nodes[0].srv.counters[ctrMergeDrops].Load())
 				if val, hit := rawGetValue(t, c0, key); hit && val == "old" {
 					t.Errorf("node0 serves %q, overwritten by node2 during the partition, before node2's word", val)
 				}
@@ -657,7 +657,7 @@ func TestMergeLateAnswerIsNoWordForReturn(t *testing.T) {
 		n.setView("node0") // node0's gossip heals first
 		time.Sleep(nodes[0].srv.cl.cfg.PeerTimeout + 50*time.Millisecond)
 		v := nodes[0].srv.cl.view.Load()
-		t.Logf("node0's view: has node1 %v, held %v, merge_drops %d, declared_dead %d", v.ring.Has("node1"), v.held.Load(),
+		t.Logf("node0's view: has node1 %v, held %v, merge_drops %d, declared_dead %d", v.ring.Has("node1"), v.holding(),
 			nodes[0].srv.counters[ctrMergeDrops].Load(), nodes[0].srv.counters[ctrDeclaredDead].Load())
 		if val, hit := rawGetValue(t, c0, key); hit && val == "old" {
 			t.Errorf("node0 serves %q, overwritten by node1 during the partition, before node1's word", val)

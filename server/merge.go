@@ -24,7 +24,7 @@ import (
 //
 // A member whose run's word this node has not had (its fence, or its
 // answer to this node's) holds all of this node's keys, in every view
-// until the word is in (view.held): this node may have to drop what it
+// until the word is in (view.holding): this node may have to drop what it
 // holds first. The wait is bounded per member run (wordDue, two peer
 // timeouts): then this node drops what it holds and owns its keys empty
 // (noWord). A view's fence goes to every member that entered it or whose
@@ -134,7 +134,7 @@ type wordWait struct {
 	by   time.Time
 }
 
-// hear records that member id's word is in, for v's hold (view.held).
+// hear records that member id's word is in, for v's hold (holding).
 // The cluster's mu held.
 func (v *view) hear(id string) {
 	if !v.pending[id] || v.heardFrom[id] {
@@ -142,7 +142,17 @@ func (v *view) hear(id string) {
 	}
 	v.heardFrom[id] = true
 	if len(v.heardFrom) == len(v.pending) {
-		v.held.Store(false)
 		close(v.heardAll)
+	}
+}
+
+// holding reports whether v still waits for a member's word, and this
+// node owns none of its keys in it until then.
+func (v *view) holding() bool {
+	select {
+	case <-v.heardAll:
+		return false
+	default:
+		return true
 	}
 }

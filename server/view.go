@@ -55,11 +55,10 @@ type view struct {
 	// pending holds the members whose run's word on owning apart this
 	// node had not had when it installed the view (merge.go): until each
 	// has given it, or noWord gave up on it (heardFrom, under the
-	// cluster's mu), held is set, this node owns none of its keys, and
-	// heardAll is open.
+	// cluster's mu), heardAll is open and this node owns none of its keys
+	// (holding).
 	pending   map[string]bool
 	heardFrom map[string]bool
-	held      atomic.Bool
 	heardAll  chan struct{}
 }
 
@@ -334,13 +333,11 @@ func (cl *cluster) installLocked() {
 				cl.wordDue[n.ID] = wordWait{boot: boot, by: now.Add(2 * cl.cfg.PeerTimeout)}
 			}
 		}
-		if old.boots[n.ID] != boot || !old.ring.Has(n.ID) {
+		if !old.ring.Has(n.ID) || back[n.ID] {
 			nv.entering[n.ID] = true
 		}
 	}
-	if len(nv.pending) > 0 {
-		nv.held.Store(true)
-	} else {
+	if len(nv.pending) == 0 {
 		close(nv.heardAll)
 	}
 	for _, n := range r.Nodes() {
@@ -464,7 +461,7 @@ func (cl *cluster) owns(v *view, key string) bool {
 	case <-v.done:
 		return true
 	default:
-		return v.base.Owner(key) == cl.id && !v.held.Load()
+		return v.base.Owner(key) == cl.id && !v.holding()
 	}
 }
 
