@@ -155,6 +155,46 @@ func TestHealMemberOutOfReachHoldsKeysBriefly(t *testing.T) {
 	})
 }
 
+// A member whose word is awaited leaves the view and comes back under the
+// same run: the wait for its word starts again, rather than running out
+// at once on the deadline of its first stay.
+func TestHealWordWaitRestartsOnReturn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, nil)
+		timeout := nodes[0].srv.cl.cfg.PeerTimeout // the wait is twice this
+		n.split("node0")
+		synctest.Wait()
+		n.hang("peer:node1")
+		// node1 comes back to node0: node0 tells it that it was declared
+		// dead (which times out: a peer timeout), then installs the view
+		// that awaits its word.
+		n.heal("node0")
+		time.Sleep(timeout + timeout/5)
+		if !nodes[0].srv.cl.view.Load().ring.Has("node1") {
+			t.Fatal("node0's view lacks node1 after its heal")
+		}
+		n.split("node0") // gone again before the wait ran out
+		synctest.Wait()
+		time.Sleep(time.Minute)
+		n.heal("node0") // back under the same run: a peer timeout to tell it, then the view
+		// The view's first fence times out a peer timeout after it, the
+		// second 50 ms after that: node0 gives up then, two peer timeouts
+		// after the view, not at the first fence's failure on the
+		// deadline of node1's first stay.
+		time.Sleep(2*timeout + timeout/2)
+		if got := nodes[0].srv.counters[ctrMergeDrops].Load(); got != 0 {
+			t.Errorf("node0 gave up on node1's word %v after the view that brought it back (merge_drops %d), want after %v",
+				3*timeout/2, got, 2*timeout)
+		}
+		time.Sleep(2 * timeout)
+		if got := nodes[0].srv.counters[ctrMergeDrops].Load(); got != 1 {
+			t.Errorf("merge_drops %d, %v after node1's return, want 1", got, 9*timeout/2)
+		}
+		n.resume("peer:node1")
+		synctest.Wait()
+	})
+}
+
 // Found by a hostile review of 527d4fb, which each of the tests below
 // failed (the two of restarts and joins during a partition also failed on
 // dabda9e). Their comments tell how the code of then went wrong.

@@ -298,6 +298,11 @@ func (cl *cluster) installLocked() {
 			// A word had while out of the view is no word for its return
 			// (a late answer, found by review).
 			delete(cl.heard, id)
+		}
+	}
+	for id := range cl.wordDue {
+		if !r.Has(id) {
+			// Its return waits anew (TestHealWordWaitRestartsOnReturn).
 			delete(cl.wordDue, id)
 		}
 	}
