@@ -24,7 +24,9 @@ const DefaultBindAddr = "0.0.0.0"
 const DefaultJoinRetryMax = 10 * time.Second
 
 // DefaultReconnectInterval is used when Config.ReconnectInterval is zero.
-const DefaultReconnectInterval = 10 * time.Second
+// A try costs a ping per dead member (a join follows only if the member
+// answers), so it can be short: a healed partition merges within it.
+const DefaultReconnectInterval = 2 * time.Second
 
 // reconnectFor is how long after its death a member is still tried again
 // (Config.ReconnectInterval): as long as Serf's reconnect_timeout default.
@@ -93,10 +95,11 @@ type Config struct {
 
 	// ReconnectInterval is how often a node tries again to reach the
 	// members that failure detection declared dead (for a day after their
-	// death), as Serf's reconnect does. memberlist itself never contacts a
-	// member it holds dead once it has gossiped the death, so without this
-	// the two sides of a partition that outlasted failure detection would
-	// stay two clusters after it heals. If zero,
+	// death), as Serf's reconnect does: it pings each by name at its
+	// address, and joins it if it answers. memberlist itself never
+	// contacts a member it holds dead once it has gossiped the death, so
+	// without this the two sides of a partition that outlasted failure
+	// detection would stay two clusters after it heals. If zero,
 	// DefaultReconnectInterval; if negative, never.
 	ReconnectInterval time.Duration
 
@@ -270,6 +273,12 @@ type logWriter struct {
 // node dead (memberlist v0.7 state.go, deadNode).
 var refutedDeath = []byte("Refuting a dead message")
 
+// otherNodesPing is memberlist's warning when a ping names another node
+// (net.go, handlePing): what a node of another cluster sees, every
+// reconnect interval for a day, once it took the address of one of our
+// dead members. It is expected then, and logged at Debug.
+var otherNodesPing = []byte("Got ping for unexpected node")
+
 func (w logWriter) Write(b []byte) (int, error) {
 	level := slog.LevelDebug
 	line := bytes.TrimSpace(b)
@@ -279,6 +288,9 @@ func (w logWriter) Write(b []byte) (int, error) {
 	}
 	if rest, ok := bytes.CutPrefix(line, []byte("[WARN]")); ok {
 		level, line = slog.LevelWarn, rest
+		if bytes.Contains(rest, otherNodesPing) {
+			level = slog.LevelDebug
+		}
 	} else if rest, ok := bytes.CutPrefix(line, []byte("[ERR]")); ok {
 		level, line = slog.LevelWarn, rest
 	} else if i := bytes.IndexByte(line, ']'); i > 0 && line[0] == '[' {

@@ -56,6 +56,7 @@ func TestLogWriter(t *testing.T) {
 		{"[INFO] memberlist: Marking n2 as failed\n", slog.LevelDebug, "memberlist: Marking n2 as failed"},
 		{"[WARN] memberlist: Refuting a suspect message\n", slog.LevelWarn, "memberlist: Refuting a suspect message"},
 		{"[ERR] memberlist: Failed to decrypt\n", slog.LevelWarn, "memberlist: Failed to decrypt"},
+		{"[WARN] memberlist: Got ping for unexpected node 'a2' from=x\n", slog.LevelDebug, "memberlist: Got ping for unexpected node 'a2' from=x"},
 		{"Err: Could not set the deadline: x\n", slog.LevelDebug, "memberlist: Err: Could not set the deadline: x"},
 	}
 	for _, tt := range tests {

@@ -1,8 +1,11 @@
 package peers
 
 import (
+	"net"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestEncryptedGossip runs real UDP+TCP gossip on 127.0.0.1 (port 0) with a
@@ -68,4 +71,106 @@ func TestEncryptedGossip(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReconnectChecksIdentity: reconnect joins a dead member's address
+// only if the node answering there is that member. A node of another
+// cluster that took the address (a recycled pod IP) is left alone: joining
+// it would merge the two clusters, and each would serve the other's keys.
+// The member itself, back at its address, is joined again.
+func TestReconnectChecksIdentity(t *testing.T) {
+	start := func(name, bind string, seeds ...string) *Peers {
+		t.Helper()
+		p, err := Join(Config{
+			Name:              name,
+			BindAddr:          "127.0.0.1",
+			BindPort:          port(t, bind),
+			Join:              seeds,
+			Meta:              Meta{Peer: "127.0.0.1:1", Weight: 1},
+			Logger:            quietLogger(t),
+			Profile:           Local,
+			Tune:              fastTimings,
+			ReconnectInterval: 50 * time.Millisecond,
+		}, nil)
+		if err != nil {
+			t.Fatalf("Join %s: %v", name, err)
+		}
+		t.Cleanup(func() { _ = p.Shutdown() })
+		return p
+	}
+	a1 := start("a1", "127.0.0.1:0")
+	a2 := start("a2", "127.0.0.1:0", a1.GossipAddr())
+	eventually(t, "a1 and a2 converge", func() string {
+		return ringIs(a1, "a1/1 a2/1")
+	})
+	addr := a2.GossipAddr()
+	// a2 dies without leaving; a1 declares it dead.
+	if err := a2.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a1 declares a2 dead", func() string { return ringIs(a1, "a1/1") })
+
+	// Another cluster's node binds the address a2 had.
+	var b1 *Peers
+	eventually(t, "b1 binds a2's address", func() string {
+		p, err := Join(Config{Name: "b1", BindAddr: "127.0.0.1", BindPort: port(t, addr),
+			Meta: Meta{Peer: "127.0.0.1:1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings}, nil)
+		if err != nil {
+			return err.Error()
+		}
+		b1 = p
+		return ""
+	})
+	t.Cleanup(func() { _ = b1.Shutdown() })
+	// Forty reconnect intervals: without the check, the first joins.
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if msg := ringIs(a1, "a1/1"); msg != "" {
+			t.Fatalf("a1 merged with the other cluster: %s", msg)
+		}
+		if msg := ringIs(b1, "b1/1"); msg != "" {
+			t.Fatalf("the other cluster merged with a1: %s", msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// b1 goes; a2 comes back at its address without seeds: reconnect
+	// finds it there and joins it.
+	if err := b1.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	var back *Peers
+	eventually(t, "a2 binds its address again", func() string {
+		p, err := Join(Config{Name: "a2", BindAddr: "127.0.0.1", BindPort: port(t, addr),
+			Meta: Meta{Peer: "127.0.0.1:1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings}, nil)
+		if err != nil {
+			return err.Error()
+		}
+		back = p
+		return ""
+	})
+	t.Cleanup(func() { _ = back.Shutdown() })
+	eventually(t, "a1 reconnects to a2", func() string { return ringIs(a1, "a1/1 a2/1") })
+}
+
+// port returns the port of addr (HOST:PORT).
+func port(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// ringIs returns "" if p's ring is want, else what it is.
+func ringIs(p *Peers, want string) string {
+	if got := ringString(p.Ring()); got != want {
+		return p.Self() + " has ring " + got
+	}
+	return ""
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,6 +238,13 @@ func (p *Peers) joinNew() {
 // A member that really died refuses or times out; one that came back
 // under its name has joined by itself and is alive again, so not tried.
 //
+// A join merges two clusters whoever answers, so an address is joined only
+// once a ping names the dead member and the node there answers it
+// (memberlist answers only pings that name it): another cluster's node
+// that took the address since, as a recycled pod IP, never answers, and
+// the clusters stay apart. Without the check they merged, and each served
+// the other's keys (TestReconnectChecksIdentity).
+//
 // What the server must do about a member that comes back (it may have
 // owned this node's keys meanwhile) is the server's: peers only reports it
 // as a member again.
@@ -249,15 +257,18 @@ func (p *Peers) reconnect(interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		addrs := p.deadAddrs(time.Now())
-		if len(addrs) == 0 {
+		dead := p.deadMembers(time.Now())
+		if len(dead) == 0 {
 			continue
 		}
 		var wg sync.WaitGroup
 		var back atomic.Int32
-		for _, a := range addrs {
+		for _, m := range dead {
 			wg.Go(func() {
-				if n, _ := p.ml.Join([]string{a}); n > 0 {
+				if _, err := p.ml.Ping(m.name, gossipAddr(m.addr)); err != nil {
+					return // not there, or another node is
+				}
+				if n, _ := p.ml.Join([]string{m.addr}); n > 0 {
 					back.Add(1)
 				}
 			})
@@ -268,26 +279,39 @@ func (p *Peers) reconnect(interval time.Duration) {
 			level = slog.LevelInfo
 		}
 		p.log.Log(context.Background(), level, "peers: tried to reach members declared dead",
-			"addrs", addrs, "reached", back.Load())
+			"members", dead, "reached", back.Load())
 	}
 }
 
-// deadAddrs returns the gossip addresses of the members that died within
-// reconnectFor of now, less those of alive members (a node back at the
-// same address under another name).
-func (p *Peers) deadAddrs(now time.Time) []string {
+// deadMember is a member reconnect tries: its name and gossip address.
+type deadMember struct{ name, addr string }
+
+// String is how the log shows it.
+func (m deadMember) String() string { return m.name + "@" + m.addr }
+
+// deadMembers returns the members that died within reconnectFor of now,
+// less those at the address of an alive member (a node back at the same
+// address under another name), one per address.
+func (p *Peers) deadMembers(now time.Time) []deadMember {
 	nodes := p.ev.cur.Load().nodes
 	alive := aliveAddrs(nodes)
-	var addrs []string
+	var dead []deadMember
 	for id, m := range nodes {
 		if id != p.self && m.state == stateDead && now.Sub(m.died) < reconnectFor && !alive[m.addr] {
 			alive[m.addr] = true // once per address
-			addrs = append(addrs, m.addr)
+			dead = append(dead, deadMember{id, m.addr})
 		}
 	}
-	slices.Sort(addrs)
-	return addrs
+	slices.SortFunc(dead, func(a, b deadMember) int { return strings.Compare(a.addr, b.addr) })
+	return dead
 }
+
+// gossipAddr is a gossip address (HOST:PORT) as a net.Addr, for
+// memberlist's Ping, which sends to its String.
+type gossipAddr string
+
+func (a gossipAddr) Network() string { return "udp" }
+func (a gossipAddr) String() string  { return string(a) }
 
 // aliveAddrs returns the gossip addresses of the alive members in nodes.
 func aliveAddrs(nodes map[string]*member) map[string]bool {

@@ -316,7 +316,7 @@ func TestPartitionHeals(t *testing.T) {
 		return ""
 	})
 	for _, n := range nodes {
-		if got := len(n.p.deadAddrs(time.Now())); got != 2 {
+		if got := len(n.p.deadMembers(time.Now())); got != 2 {
 			t.Fatalf("%s would try %d members again, want 2", n.p.Self(), got)
 		}
 	}
@@ -324,7 +324,7 @@ func TestPartitionHeals(t *testing.T) {
 	mn.heal()
 	eventually(t, "the halves merge", ringsAre(nodes, all))
 	for _, n := range nodes {
-		if got := n.p.deadAddrs(time.Now()); len(got) != 0 {
+		if got := n.p.deadMembers(time.Now()); len(got) != 0 {
 			t.Errorf("%s still tries %v", n.p.Self(), got)
 		}
 	}
