@@ -13,7 +13,8 @@
 //     the join, set to 5 s, is over: the runs measure the cluster as it
 //     runs, not as it forms).
 //
-// The load is spillway bench, the same for every server: 9:1 get:set,
+// The load is spillway bench, the same for every server: 9:1 get:set
+// (and, in a row of the three-node setups, gets only),
 // 100-byte values, every key set once first (a run of its own, so that the
 // measured run's CPU is the measured phase's), every value read back
 // checked. On a single node the figure is ops per server CPU-second, the
@@ -98,6 +99,9 @@ var (
 	p16Load     = load{conns: 50, pipeline: 16, keys: 100_000, zipf: 0.99}
 	fewLoad     = load{conns: 4, pipeline: 1, keys: 100_000, zipf: 0.99}
 	clusterLoad = load{conns: 50, pipeline: 1, keys: 10_000, zipf: 1.2, wholeSetup: true}
+	// clusterReads is clusterLoad with gets only: what the cluster costs
+	// with no writes to invalidate its copies.
+	clusterReads = load{conns: 50, pipeline: 1, keys: 10_000, zipf: 1.2, wholeSetup: true, reads: true}
 )
 
 // memcaslap's threads each take one server: 2 for one node (the two
@@ -123,6 +127,7 @@ func scenarios(mc, sp, tw, cl *setup) []scenario {
 		{"pipeline16", mc, sp, "", withBench(p16Load)},
 		{"latency", mc, sp, "", withBench(fewLoad)},
 		{"cluster", tw, cl, "", withBench(clusterLoad)},
+		{"cluster-reads", tw, cl, "", withBench(clusterReads)},
 		{"memcaslap", mc, sp, noMemcaslap, withMemcaslap(memcaslapThreads, memcaslapConns)},
 		{"memcaslap-cluster", tw, cl, noMemcaslap, withMemcaslap(memcaslapClusterThreads, memcaslapClusterConns)},
 	}

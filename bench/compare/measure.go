@@ -39,11 +39,13 @@ type sample struct {
 	cmds                          []string // the deployment's and the generator's command lines
 }
 
-// load is one workload of spillway bench: 9:1 get:set, 100-byte values,
+// load is one workload of spillway bench: 9:1 get:set (or gets only), 100-byte values,
 // connections spread over the entry addresses.
 type load struct {
 	conns, pipeline, keys int
 	zipf                  float64
+	// reads, if set, makes the run all gets (--ratio 1:0) rather than 9:1.
+	reads bool
 	// wholeSetup counts the CPU of all the setup's processes (from /proc);
 	// otherwise the servers' own rusage stats.
 	wholeSetup bool
@@ -53,7 +55,15 @@ func (l load) args(entry []string) []string {
 	return []string{"bench", "--servers", strings.Join(entry, ","), "--entry", "spread",
 		"--conns", strconv.Itoa(l.conns), "--pipeline", strconv.Itoa(l.pipeline),
 		"--zipf", strconv.FormatFloat(l.zipf, 'g', -1, 64), "--keys", strconv.Itoa(l.keys),
-		"--ratio", "9:1", "--value-size", "100"}
+		"--ratio", l.ratio(), "--value-size", "100"}
+}
+
+// ratio is the load's get:set mix as spillway bench takes it.
+func (l load) ratio() string {
+	if l.reads {
+		return "1:0"
+	}
+	return "9:1"
 }
 
 // generatorSlack bounds a load generator's run beyond its own duration:
