@@ -11,6 +11,9 @@ func TestMetaRoundTrip(t *testing.T) {
 		{Client: "10.0.0.1:11211", Peer: "10.0.0.1:11311", Weight: 3},
 		{Client: "[::1]:11211", Peer: "host.example:11311"},
 		{Client: strings.Repeat("c", 200), Peer: strings.Repeat("p", 200) + ":1", Weight: 1 << 30},
+		// Every field: two that share a JSON name are both dropped.
+		{Client: "10.0.0.1:11211", Peer: "10.0.0.1:11311", Weight: 2, Boot: "b", Protocol: 1, Ring: "r",
+			SharedReads: true, SharedFetches: true},
 	}
 	for _, m := range tests {
 		b, err := m.encode()
