@@ -111,17 +111,7 @@ func TestReconnectChecksIdentity(t *testing.T) {
 	eventually(t, "a1 declares a2 dead", func() string { return ringIs(a1, "a1/1") })
 
 	// Another cluster's node binds the address a2 had.
-	var b1 *Peers
-	eventually(t, "b1 binds a2's address", func() string {
-		p, err := Join(Config{Name: "b1", BindAddr: "127.0.0.1", BindPort: port(t, addr),
-			Meta: Meta{Peer: "127.0.0.1:1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings}, nil)
-		if err != nil {
-			return err.Error()
-		}
-		b1 = p
-		return ""
-	})
-	t.Cleanup(func() { _ = b1.Shutdown() })
+	b1 := rebind(t, "b1", addr)
 	// Forty reconnect intervals: without the check, the first joins.
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
@@ -139,18 +129,26 @@ func TestReconnectChecksIdentity(t *testing.T) {
 	if err := b1.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	var back *Peers
-	eventually(t, "a2 binds its address again", func() string {
-		p, err := Join(Config{Name: "a2", BindAddr: "127.0.0.1", BindPort: port(t, addr),
+	rebind(t, "a2", addr)
+	eventually(t, "a1 reconnects to a2", func() string { return ringIs(a1, "a1/1 a2/1") })
+}
+
+// rebind starts a node called name on addr (HOST:PORT), which a node that
+// has just shut down held: it tries until the port is free again.
+func rebind(t *testing.T, name, addr string, seeds ...string) *Peers {
+	t.Helper()
+	var p *Peers
+	eventually(t, name+" binds "+addr, func() string {
+		var err error
+		p, err = Join(Config{Name: name, BindAddr: "127.0.0.1", BindPort: port(t, addr), Join: seeds,
 			Meta: Meta{Peer: "127.0.0.1:1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings}, nil)
 		if err != nil {
 			return err.Error()
 		}
-		back = p
 		return ""
 	})
-	t.Cleanup(func() { _ = back.Shutdown() })
-	eventually(t, "a1 reconnects to a2", func() string { return ringIs(a1, "a1/1 a2/1") })
+	t.Cleanup(func() { _ = p.Shutdown() })
+	return p
 }
 
 // port returns the port of addr (HOST:PORT).
@@ -202,17 +200,7 @@ func TestSeedRestartedAloneIsJoinedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "b sees a leave", func() string { return ringIs(b, "b/1") })
-	var back *Peers
-	eventually(t, "a restarts at its address", func() string {
-		p, err := Join(Config{Name: "a", BindAddr: "127.0.0.1", BindPort: port(t, seed), Join: []string{seed},
-			Meta: Meta{Peer: "127.0.0.1:1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings}, nil)
-		if err != nil {
-			return err.Error()
-		}
-		back = p
-		return ""
-	})
-	t.Cleanup(func() { _ = back.Shutdown() })
+	back := rebind(t, "a", seed, seed)
 	eventually(t, "b joins a again", func() string { return ringIs(b, "a/1 b/1") })
 	eventually(t, "a knows b again", func() string { return ringIs(back, "a/1 b/1") })
 }
