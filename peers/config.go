@@ -76,18 +76,16 @@ type Config struct {
 	// resolves to) or "dns+srv:name" (the targets and ports of name's SRV
 	// records, such as a Kubernetes headless service's); a seed without
 	// a port means BindPort (see resolveSeeds). Names are resolved again
-	// at every attempt.
+	// at every attempt, and, once the node has joined, every JoinRetryMax
+	// (seeds it did not know yet are joined: the nodes DNS listed late,
+	// or a cluster that formed apart).
 	//
 	// Join tries the seeds once; if none answers (this node's own
 	// address does not count, so every node of a cluster may share one
 	// list), the node runs alone and keeps trying them in the background,
 	// as Consul's and Serf's retry-join do, until it knows another member
-	// (one answered, or joined it). Once it has joined, it joins again,
-	// every JoinRetryMax, the seeds that are no alive member's address:
-	// the nodes DNS listed late, a cluster that formed apart, or a seed
-	// that restarted with only itself for a seed and found no one. Until
-	// Leave or Shutdown. If empty, the node runs alone until others join
-	// it.
+	// (one answered, or joined it), or until Leave or Shutdown. If empty,
+	// the node runs alone until others join it.
 	Join []string
 
 	// JoinRetryMax is the longest wait between two background attempts to

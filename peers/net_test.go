@@ -172,35 +172,3 @@ func ringIs(p *Peers, want string) string {
 	}
 	return ""
 }
-
-// TestSeedRestartedAloneIsJoinedAgain: nodes that joined through one seed
-// join it again when it restarts on its own (its own address its only
-// seed): it left, so reconnect does not try it, and it cannot find them.
-func TestSeedRestartedAloneIsJoinedAgain(t *testing.T) {
-	start := func(name string, port int, seeds ...string) *Peers {
-		t.Helper()
-		p, err := Join(Config{Name: name, BindAddr: "127.0.0.1", BindPort: port, Join: seeds,
-			Meta: Meta{Peer: "127.0.0.1:1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings,
-			JoinRetryMax: 50 * time.Millisecond}, nil)
-		if err != nil {
-			t.Fatalf("Join %s: %v", name, err)
-		}
-		t.Cleanup(func() { _ = p.Shutdown() })
-		return p
-	}
-	a := start("a", 0)
-	seed := a.GossipAddr()
-	b := start("b", 0, seed)
-	eventually(t, "b joins a", func() string { return ringIs(b, "a/1 b/1") })
-
-	if err := a.Leave(5 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "b sees a leave", func() string { return ringIs(b, "b/1") })
-	back := rebind(t, "a", seed, seed)
-	eventually(t, "b joins a again", func() string { return ringIs(b, "a/1 b/1") })
-	eventually(t, "a knows b again", func() string { return ringIs(back, "a/1 b/1") })
-}

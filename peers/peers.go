@@ -107,7 +107,7 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		}
 	}
 	ev.start()
-	if len(cfg.Join) > 0 {
+	if alone || hasNames(cfg.Join, cfg.BindPort) {
 		go p.retryJoin(cfg.JoinRetryMax)
 	} else {
 		close(p.joinDone)
@@ -148,15 +148,14 @@ func (p *Peers) join() (int, error) {
 // Shutdown gives up. An attempt under way when they do ends by itself,
 // within memberlist's TCPTimeout.
 //
-// It goes on once joined: every longest, it resolves the seeds again and
-// joins the addresses that are no alive member's (see Config.Join). Nodes
-// started together may each find only some of the others in DNS, and two
-// halves that each joined would otherwise stay two clusters; and a seed
-// that restarts with only itself for a seed (the first node of a
-// cluster, which the others joined) finds no one: it left, so reconnect
-// does not try it, and without this the others never joined it again.
+// When the seeds are names, it goes on once joined: every longest, it
+// resolves them again and joins the addresses that are no member's (see
+// Config.Join). Nodes started together may each find only some of the
+// others in DNS, and two halves that each joined would otherwise stay
+// two clusters.
 func (p *Peers) retryJoin(longest time.Duration) {
 	defer close(p.joinDone)
+	rediscover := hasNames(p.seeds, p.port)
 	joined := p.joined() // Join got in: only rediscover
 	wait := min(100*time.Millisecond, longest)
 	if joined {
@@ -182,6 +181,9 @@ func (p *Peers) retryJoin(longest time.Duration) {
 		}
 		if p.joined() {
 			p.log.Info("peers: joined cluster", "seeds_reached", n, "members", p.ml.NumMembers(), "attempts", attempt)
+			if !rediscover {
+				return
+			}
 			joined, wait = true, longest
 			t.Reset(wait)
 			continue

@@ -35,6 +35,20 @@ const resolveTimeout = 5 * time.Second
 // servers over TCP first, which a test cannot redirect; resolving here
 // also lets a Kubernetes headless service name its pods by SRV.
 
+// hasNames reports whether any seed is a name to look up, which may
+// resolve to other nodes tomorrow than today.
+func hasNames(seeds []string, port int) bool {
+	for _, s := range seeds {
+		if strings.HasPrefix(s, SRVPrefix) {
+			return true
+		}
+		if host, _ := seedHostPort(s, port); net.ParseIP(host) == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // seedHostPort splits a HOST:PORT or HOST seed.
 func seedHostPort(s string, port int) (string, string) {
 	if host, p, err := net.SplitHostPort(s); err == nil {

@@ -96,6 +96,14 @@ func TestResolveSeeds(t *testing.T) {
 			}
 		})
 	}
+	if hasNames([]string{"10.0.0.1:1", "[fd00::1]:2", "fd00::2"}, 7946) {
+		t.Error("hasNames: addresses taken for names")
+	}
+	for _, s := range []string{"multi", "multi:1", "dns+srv:_g._tcp.x"} {
+		if !hasNames([]string{"10.0.0.1:1", s}, 7946) {
+			t.Errorf("hasNames misses %q", s)
+		}
+	}
 }
 
 // joinTest starts a node with cfg and the tests' timings and logger, and
