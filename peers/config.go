@@ -116,6 +116,16 @@ type Config struct {
 	// can read it), then drop the old one ([new]).
 	SecretKeys [][]byte
 
+	// Cluster names the cluster: memberlist's Label, carried outside every
+	// gossip packet and stream (inside the encryption's authenticated data
+	// when SecretKeys are set). A node drops what comes with another
+	// label, so nodes of two clusters never merge, whatever addresses or
+	// names they share. Every node of a cluster must have the same one;
+	// changing it, or setting it on a running cluster, takes a full
+	// restart. Empty: no label, as before there was one. At most 255
+	// bytes.
+	Cluster string
+
 	// Resolver looks up the names in Join (see there). If nil,
 	// net.DefaultResolver is used.
 	Resolver Resolver
@@ -168,6 +178,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.VNodes < 0 || c.JoinRetryMax < 0 {
 		return errors.New("peers: negative VNodes or JoinRetryMax")
+	}
+	if len(c.Cluster) > memberlist.LabelMaxSize {
+		return fmt.Errorf("peers: cluster name is %d bytes; at most %d", len(c.Cluster), memberlist.LabelMaxSize)
 	}
 	if c.Profile > WAN {
 		return fmt.Errorf("peers: unknown profile %d", c.Profile)
@@ -244,6 +257,7 @@ func (c *Config) memberlist(ev *events) (*memberlist.Config, error) {
 		}
 		mc.Keyring = kr
 	}
+	mc.Label = c.Cluster
 	mc.Delegate = ev
 	mc.Events = ev
 	mc.Transport = c.Transport

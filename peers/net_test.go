@@ -111,7 +111,7 @@ func TestReconnectChecksIdentity(t *testing.T) {
 	eventually(t, "a1 declares a2 dead", func() string { return ringIs(a1, "a1/1") })
 
 	// Another cluster's node binds the address a2 had.
-	b1 := rebind(t, "b1", addr)
+	b1 := rebind(t, "b1", "", addr)
 	// Forty reconnect intervals: without the check, the first joins.
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
@@ -129,18 +129,61 @@ func TestReconnectChecksIdentity(t *testing.T) {
 	if err := b1.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	rebind(t, "a2", addr)
+	rebind(t, "a2", "", addr)
 	eventually(t, "a1 reconnects to a2", func() string { return ringIs(a1, "a1/1 a2/1") })
 }
 
-// rebind starts a node called name on addr (HOST:PORT), which a node that
-// has just shut down held: it tries until the port is free again.
-func rebind(t *testing.T, name, addr string, seeds ...string) *Peers {
+// TestClusterName: nodes of two clusters with names never merge: not
+// through a seed, and not when the other cluster's node that took a dead
+// member's address has the member's name too (pods of two namespaces'
+// StatefulSets do), which reconnect's ping by name cannot tell apart.
+func TestClusterName(t *testing.T) {
+	start := func(name, cluster string, seeds ...string) *Peers {
+		t.Helper()
+		p, err := Join(Config{Name: name, Cluster: cluster, BindAddr: "127.0.0.1", Join: seeds,
+			Meta: Meta{Peer: "127.0.0.1:1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings,
+			ReconnectInterval: 50 * time.Millisecond}, nil)
+		if err != nil {
+			t.Fatalf("Join %s: %v", name, err)
+		}
+		t.Cleanup(func() { _ = p.Shutdown() })
+		return p
+	}
+	n := start("spillway-1", "a")
+	a1 := start("a1", "a", n.GossipAddr())
+	eventually(t, "cluster a converges", func() string { return ringIs(a1, "a1/1 spillway-1/1") })
+
+	if b := start("b0", "b", a1.GossipAddr()); ringString(b.Ring()) != "b0/1" {
+		t.Fatalf("a node of cluster b joined cluster a through a seed: %s", ringString(b.Ring()))
+	}
+
+	addr := n.GossipAddr()
+	if err := n.Shutdown(); err != nil { // dies: no leave
+		t.Fatal(err)
+	}
+	eventually(t, "a1 declares spillway-1 dead", func() string { return ringIs(a1, "a1/1") })
+	b1 := start("b1", "b")
+	rebind(t, "spillway-1", "b", addr, b1.GossipAddr())
+	eventually(t, "cluster b converges", func() string { return ringIs(b1, "b1/1 spillway-1/1") })
+	// Forty reconnect intervals.
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if msg := ringIs(a1, "a1/1") + ringIs(b1, "b1/1 spillway-1/1"); msg != "" {
+			t.Fatalf("the clusters merged: %s", msg)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// rebind starts a node called name, of cluster (Config.Cluster), on addr
+// (HOST:PORT), which a node that has just shut down held: it tries until
+// the port is free again.
+func rebind(t *testing.T, name, cluster, addr string, seeds ...string) *Peers {
 	t.Helper()
 	var p *Peers
 	eventually(t, name+" binds "+addr, func() string {
 		var err error
-		p, err = Join(Config{Name: name, BindAddr: "127.0.0.1", BindPort: port(t, addr), Join: seeds,
+		p, err = Join(Config{Name: name, Cluster: cluster, BindAddr: "127.0.0.1", BindPort: port(t, addr), Join: seeds,
 			Meta: Meta{Peer: "127.0.0.1:1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings}, nil)
 		if err != nil {
 			return err.Error()

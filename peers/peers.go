@@ -51,6 +51,9 @@ type Peers struct {
 	port     int
 	resolver Resolver
 	log      *slog.Logger
+	// named is set when the cluster has a name (Config.Cluster): another
+	// cluster's node refuses a join, so reconnect need not ping first.
+	named bool
 
 	life sync.Mutex // serialises Leave and Shutdown: memberlist panics on Leave after Shutdown
 	left bool
@@ -93,7 +96,7 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		return nil, fmt.Errorf("peers: start gossip: %w", err)
 	}
 	p := &Peers{self: cfg.Name, ml: ml, ev: ev, giveUp: make(chan struct{}), joinDone: make(chan struct{}),
-		seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger}
+		seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger, named: cfg.Cluster != ""}
 	alone := false
 	if len(cfg.Join) > 0 {
 		n, err := p.join()
@@ -238,12 +241,16 @@ func (p *Peers) joinNew() {
 // A member that really died refuses or times out; one that came back
 // under its name has joined by itself and is alive again, so not tried.
 //
-// A join merges two clusters whoever answers, so an address is joined only
-// once a ping names the dead member and the node there answers it
-// (memberlist answers only pings that name it): another cluster's node
-// that took the address since, as a recycled pod IP, never answers, and
-// the clusters stay apart. Without the check they merged, and each served
-// the other's keys (TestReconnectChecksIdentity).
+// A join merges two clusters whoever answers. With a cluster name
+// (Config.Cluster), another cluster's node drops the join. Without one,
+// an address is joined only once a ping names the dead member and the
+// node there answers it (memberlist answers only pings that name it):
+// another cluster's node that took the address since, as a recycled pod
+// IP, does not answer unless it has the same name, and the clusters stay
+// apart. Without either they merged, and each served the other's keys
+// (TestReconnectChecksIdentity). The ping is UDP only: a cluster whose
+// UDP is blocked (memberlist then probes over TCP) heals only if it has a
+// name.
 //
 // What the server must do about a member that comes back (it may have
 // owned this node's keys meanwhile) is the server's: peers only reports it
@@ -265,8 +272,10 @@ func (p *Peers) reconnect(interval time.Duration) {
 		var back atomic.Int32
 		for _, m := range dead {
 			wg.Go(func() {
-				if _, err := p.ml.Ping(m.name, gossipAddr(m.addr)); err != nil {
-					return // not there, or another node is
+				if !p.named {
+					if _, err := p.ml.Ping(m.name, gossipAddr(m.addr)); err != nil {
+						return // not there, or another node is
+					}
 				}
 				if n, _ := p.ml.Join([]string{m.addr}); n > 0 {
 					back.Add(1)

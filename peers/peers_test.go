@@ -551,3 +551,66 @@ func BenchmarkMeta(b *testing.B) {
 		}
 	}
 }
+
+// udpGate is a memTransport whose packets (memberlist's UDP) can be
+// dropped, all of them, while its streams (TCP) still flow.
+type udpGate struct {
+	*memTransport
+	blocked *atomic.Bool
+}
+
+func (g udpGate) WriteTo(b []byte, addr string) (time.Time, error) {
+	return g.WriteToAddress(b, memberlist.Address{Addr: addr})
+}
+
+func (g udpGate) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if g.blocked.Load() {
+		return time.Now(), nil
+	}
+	return g.memTransport.WriteToAddress(b, a)
+}
+
+// TestNamedClusterHealsWithoutUDP: reconnect pings a dead member before
+// it joins it, over UDP only, unless the cluster has a name (which keeps
+// other clusters out instead). A named cluster whose UDP is blocked
+// (memberlist probes over TCP then) still merges after a partition.
+func TestNamedClusterHealsWithoutUDP(t *testing.T) {
+	mn := &memNet{}
+	var blocked atomic.Bool
+	var nodes []*testNode
+	for i := range 4 {
+		name := fmt.Sprintf("n%d", i)
+		var seeds []string
+		if i > 0 {
+			seeds = []string{nodes[i-1].p.GossipAddr()}
+		}
+		rec := &recorder{}
+		p, err := Join(Config{Name: name, Cluster: "c", Join: seeds, Transport: udpGate{mn.NewTransport(name), &blocked},
+			Meta: Meta{Peer: "p-" + name + ":1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings,
+			ReconnectInterval: 200 * time.Millisecond}, rec.onChange)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Shutdown() })
+		nodes = append(nodes, &testNode{p: p, rec: rec})
+	}
+	all := "n0/1 n1/1 n2/1 n3/1"
+	eventually(t, "rings converge", ringsAre(nodes, all))
+	blocked.Store(true)
+	mn.cut("n0", "n1")
+	eventually(t, "each side declares the other dead", func() string {
+		return ringsAre(nodes[:2], "n0/1 n1/1")() + ringsAre(nodes[2:], "n2/1 n3/1")()
+	})
+	eventually(t, "memberlist stops gossiping to the dead", func() string {
+		for _, n := range nodes {
+			for id, m := range n.p.ev.cur.Load().nodes {
+				if m.state == stateDead && time.Since(m.died) < 2*time.Second {
+					return fmt.Sprintf("%s saw %s die %v ago", n.p.Self(), id, time.Since(m.died))
+				}
+			}
+		}
+		return ""
+	})
+	mn.heal()
+	eventually(t, "the halves merge over TCP", ringsAre(nodes, all))
+}

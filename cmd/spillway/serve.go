@@ -47,6 +47,7 @@ type serveFlags struct {
 	advertise     string
 	join          string
 	gossipKey     string
+	clusterName   string
 	weight        int
 	peerListen    string
 	epsilon       float64
@@ -96,6 +97,7 @@ func (f *serveFlags) options() []option {
 		{"", "advertise", &stringValue{&f.advertise}, "HOST or HOST:PORT the other nodes should use for gossip, client and peer traffic (for NAT or a 0.0.0.0 listener; a name is resolved once, at start)"},
 		{"", "join", &stringValue{&f.join}, "comma-separated gossip addresses of other nodes: HOST:PORT (every address HOST resolves to) or dns+srv:NAME (SRV records); this node's own may be among them; until one answers, the node runs alone and retries"},
 		{"", "gossip-key", &stringValue{&f.gossipKey}, "comma-separated base64 keys of 16, 24 or 32 bytes that encrypt gossip: the first encrypts, any decrypts (rotate: add, promote, remove)"},
+		{"", "cluster", &stringValue{&f.clusterName}, "the cluster's name, on every gossip packet: nodes with another never merge with this one; the same on every node (setting or changing it takes a full restart)"},
 		{"", "weight", &intValue{&f.weight}, "capacity relative to the other nodes (more vnodes, more load)"},
 		{"", "peer-listen", &stringValue{&f.peerListen}, "HOST:PORT for requests from other nodes (default: the client port + 10000, on the client host, or on --advertise's host when the client listens on every interface)"},
 		{"", "epsilon", &floatValue{&f.epsilon}, "bounded-load slack: no node gets more than (1+epsilon) times the mean load; inf turns it off"},
@@ -176,7 +178,7 @@ func (f *serveFlags) logger(stderr io.Writer) (*slog.Logger, error) {
 }
 
 // clusterOnly are the flags that mean nothing without --gossip.
-var clusterOnly = []string{"name", "advertise", "join", "gossip-key", "weight", "peer-listen", "epsilon", "load",
+var clusterOnly = []string{"name", "advertise", "join", "gossip-key", "cluster", "weight", "peer-listen", "epsilon", "load",
 	"spill-order", "vnodes", "copy-memory", "copy-ttl", "peer-timeout", "peer-conn-limit", "peer-idle-timeout",
 	"owner-grace", "invalidate-timeout", "hot-copies", "drain", "peer-secret", "peer-tls-cert", "peer-tls-key", "peer-tls-ca"}
 
@@ -531,6 +533,7 @@ func (f *serveFlags) cluster(client, peer net.Addr, log *slog.Logger) (*server.C
 		pc.Profile = peers.Local
 	}
 	pc.Join = splitList(f.join)
+	pc.Cluster = f.clusterName
 	if pc.SecretKeys, err = f.secretKeys(); err != nil {
 		return nil, err
 	}
