@@ -34,7 +34,7 @@ type member struct {
 	meta  Meta
 	err   error // why meta could not be decoded; such a member is not in the ring
 	state string
-	died  time.Time // when failure detection removed it (state dead)
+	died  time.Time // when it departed: failure detection removed it (state dead), or it left
 }
 
 // view is an immutable snapshot of the membership, swapped atomically on
@@ -133,6 +133,9 @@ func (e *events) update(n *memberlist.Node, gone bool) {
 	switch {
 	case leaving:
 		m.state = stateLeft
+		if gone {
+			m.died = time.Now()
+		}
 	case gone:
 		m.state, m.died = stateDead, time.Now()
 	}

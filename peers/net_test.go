@@ -73,64 +73,60 @@ func TestEncryptedGossip(t *testing.T) {
 	}
 }
 
-// TestReconnectChecksIdentity: reconnect joins a dead member's address
-// only if the node answering there is that member. A node of another
-// cluster that took the address (a recycled pod IP) is left alone: joining
-// it would merge the two clusters, and each would serve the other's keys.
-// The member itself, back at its address, is joined again.
+// TestReconnectChecksIdentity: reconnect joins a departed member's address
+// only if the node answering there is that member — one declared dead, or
+// a seed that left (the first node of a cluster, restarted with only
+// itself for a seed, finds no one). A node of another cluster that took
+// the address (a recycled pod IP) is left alone: joining it would merge
+// the two clusters, and each would serve the other's keys. The member
+// itself, back at its address, is joined again.
 func TestReconnectChecksIdentity(t *testing.T) {
-	start := func(name, bind string, seeds ...string) *Peers {
-		t.Helper()
-		p, err := Join(Config{
-			Name:              name,
-			BindAddr:          "127.0.0.1",
-			BindPort:          port(t, bind),
-			Join:              seeds,
-			Meta:              Meta{Peer: "127.0.0.1:1", Weight: 1},
-			Logger:            quietLogger(t),
-			Profile:           Local,
-			Tune:              fastTimings,
-			ReconnectInterval: 50 * time.Millisecond,
-		}, nil)
-		if err != nil {
-			t.Fatalf("Join %s: %v", name, err)
+	for _, leaves := range []bool{false, true} {
+		name := "dies"
+		if leaves {
+			name = "leaves"
 		}
-		t.Cleanup(func() { _ = p.Shutdown() })
-		return p
-	}
-	a1 := start("a1", "127.0.0.1:0")
-	a2 := start("a2", "127.0.0.1:0", a1.GossipAddr())
-	eventually(t, "a1 and a2 converge", func() string {
-		return ringIs(a1, "a1/1 a2/1")
-	})
-	addr := a2.GossipAddr()
-	// a2 dies without leaving; a1 declares it dead.
-	if err := a2.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "a1 declares a2 dead", func() string { return ringIs(a1, "a1/1") })
+		t.Run(name, func(t *testing.T) {
+			a2 := rebind(t, "a2", "", "127.0.0.1:0")
+			addr := a2.GossipAddr()
+			a1, err := Join(Config{Name: "a1", BindAddr: "127.0.0.1", Join: []string{addr},
+				Meta: Meta{Peer: "127.0.0.1:1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings,
+				ReconnectInterval: 50 * time.Millisecond}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = a1.Shutdown() })
+			eventually(t, "a1 joins a2", func() string { return ringIs(a1, "a1/1 a2/1") })
+			if leaves {
+				if err := a2.Leave(5 * time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := a2.Shutdown(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "a1 sees a2 go", func() string { return ringIs(a1, "a1/1") })
 
-	// Another cluster's node binds the address a2 had.
-	b1 := rebind(t, "b1", "", addr)
-	// Forty reconnect intervals: without the check, the first joins.
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
-		if msg := ringIs(a1, "a1/1"); msg != "" {
-			t.Fatalf("a1 merged with the other cluster: %s", msg)
-		}
-		if msg := ringIs(b1, "b1/1"); msg != "" {
-			t.Fatalf("the other cluster merged with a1: %s", msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+			// Another cluster's node binds the address a2 had.
+			b1 := rebind(t, "b1", "", addr)
+			// Forty reconnect intervals: without the check, the first joins.
+			deadline := time.Now().Add(2 * time.Second)
+			for time.Now().Before(deadline) {
+				if msg := ringIs(a1, "a1/1") + ringIs(b1, "b1/1"); msg != "" {
+					t.Fatalf("the clusters merged: %s", msg)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 
-	// b1 goes; a2 comes back at its address without seeds: reconnect
-	// finds it there and joins it.
-	if err := b1.Shutdown(); err != nil {
-		t.Fatal(err)
+			// b1 goes; a2 comes back at its address with only itself for a
+			// seed: reconnect finds it there and joins it.
+			if err := b1.Shutdown(); err != nil {
+				t.Fatal(err)
+			}
+			back := rebind(t, "a2", "", addr, addr)
+			eventually(t, "a1 joins a2 again", func() string { return ringIs(a1, "a1/1 a2/1") + ringIs(back, "a1/1 a2/1") })
+		})
 	}
-	rebind(t, "a2", "", addr)
-	eventually(t, "a1 reconnects to a2", func() string { return ringIs(a1, "a1/1 a2/1") })
 }
 
 // TestClusterName: nodes of two clusters with names never merge: not

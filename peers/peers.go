@@ -51,6 +51,9 @@ type Peers struct {
 	port     int
 	resolver Resolver
 	log      *slog.Logger
+	// seedAddrs are the seeds given as IP addresses, as gossip addresses:
+	// reconnect tries those that left (see there).
+	seedAddrs map[string]bool
 	// named is set when the cluster has a name (Config.Cluster): another
 	// cluster's node refuses a join, so reconnect need not ping first.
 	named bool
@@ -96,7 +99,8 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		return nil, fmt.Errorf("peers: start gossip: %w", err)
 	}
 	p := &Peers{self: cfg.Name, ml: ml, ev: ev, giveUp: make(chan struct{}), joinDone: make(chan struct{}),
-		seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger, named: cfg.Cluster != ""}
+		seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger, named: cfg.Cluster != "",
+		seedAddrs: ipSeeds(cfg.Join, cfg.BindPort)}
 	alone := false
 	if len(cfg.Join) > 0 {
 		n, err := p.join()
@@ -241,6 +245,11 @@ func (p *Peers) joinNew() {
 // A member that really died refuses or times out; one that came back
 // under its name has joined by itself and is alive again, so not tried.
 //
+// Seeds that left are tried too (those given as IP addresses: names are
+// looked up again by retryJoin): the first node of a cluster, which the
+// others joined, often has only itself for a seed, and restarted it finds
+// no one; it left, so without this the cluster stayed split for good.
+//
 // A join merges two clusters whoever answers. With a cluster name
 // (Config.Cluster), another cluster's node drops the join. Without one,
 // an address is joined only once a ping names the dead member and the
@@ -287,7 +296,7 @@ func (p *Peers) reconnect(interval time.Duration) {
 		if back.Load() > 0 {
 			level = slog.LevelInfo
 		}
-		p.log.Log(context.Background(), level, "peers: tried to reach members declared dead",
+		p.log.Log(context.Background(), level, "peers: tried to reach members that departed",
 			"members", dead, "reached", back.Load())
 	}
 }
@@ -298,15 +307,17 @@ type deadMember struct{ name, addr string }
 // String is how the log shows it.
 func (m deadMember) String() string { return m.name + "@" + m.addr }
 
-// deadMembers returns the members that died within reconnectFor of now,
-// less those at the address of an alive member (a node back at the same
-// address under another name), one per address.
+// deadMembers returns the members that died, and the seeds (seedAddrs)
+// that left, within reconnectFor of now, less those at the address of an
+// alive member (a node back at the same address under another name), one
+// per address.
 func (p *Peers) deadMembers(now time.Time) []deadMember {
 	nodes := p.ev.cur.Load().nodes
 	alive := aliveAddrs(nodes)
 	var dead []deadMember
 	for id, m := range nodes {
-		if id != p.self && m.state == stateDead && now.Sub(m.died) < reconnectFor && !alive[m.addr] {
+		gone := m.state == stateDead || m.state == stateLeft && !m.died.IsZero() && p.seedAddrs[m.addr]
+		if id != p.self && gone && now.Sub(m.died) < reconnectFor && !alive[m.addr] {
 			alive[m.addr] = true // once per address
 			dead = append(dead, deadMember{id, m.addr})
 		}

@@ -49,6 +49,19 @@ func hasNames(seeds []string, port int) bool {
 	return false
 }
 
+// ipSeeds returns the seeds that are IP addresses, as "ip:port" gossip
+// addresses (as memberlist gives members' addresses).
+func ipSeeds(seeds []string, port int) map[string]bool {
+	addrs := make(map[string]bool)
+	for _, s := range seeds {
+		host, p := seedHostPort(s, port)
+		if ip := net.ParseIP(host); ip != nil && !strings.HasPrefix(s, SRVPrefix) {
+			addrs[net.JoinHostPort(ip.String(), p)] = true
+		}
+	}
+	return addrs
+}
+
 // seedHostPort splits a HOST:PORT or HOST seed.
 func seedHostPort(s string, port int) (string, string) {
 	if host, p, err := net.SplitHostPort(s); err == nil {
