@@ -24,8 +24,9 @@ const DefaultBindAddr = "0.0.0.0"
 const DefaultJoinRetryMax = 10 * time.Second
 
 // DefaultReconnectInterval is used when Config.ReconnectInterval is zero.
-// A try costs a ping per dead member (a join follows only if the member
-// answers), so it can be short: a healed partition merges within it.
+// A try costs a ping per departed member (a join follows if it answers, or,
+// in a cluster with a name, in the background, one at a time), so it can
+// be short: a healed partition merges within it.
 const DefaultReconnectInterval = 2 * time.Second
 
 // reconnectFor is how long after its death a member is still tried again
@@ -95,8 +96,8 @@ type Config struct {
 
 	// ReconnectInterval is how often a node tries again to reach the
 	// members that failure detection declared dead (for a day after their
-	// death), as Serf's reconnect does: it pings each by name at its
-	// address, and joins it if it answers. memberlist itself never
+	// death), as Serf's reconnect does (see Peers.reconnect: it pings each
+	// by name at its address first). memberlist itself never
 	// contacts a member it holds dead once it has gossiped the death, so
 	// without this the two sides of a partition that outlasted failure
 	// detection would stay two clusters after it heals. If zero,

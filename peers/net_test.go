@@ -75,21 +75,25 @@ func TestEncryptedGossip(t *testing.T) {
 
 // TestReconnectChecksIdentity: reconnect joins a departed member's address
 // only if the node answering there is that member — one declared dead, or
-// a seed that left (the first node of a cluster, restarted with only
-// itself for a seed, finds no one). A node of another cluster that took
-// the address (a recycled pod IP) is left alone: joining it would merge
-// the two clusters, and each would serve the other's keys. The member
-// itself, back at its address, is joined again.
+// in a cluster with a name a seed that left (the first node of a cluster,
+// restarted with only itself for a seed, finds no one). A node of another
+// cluster that took the address (a recycled pod IP) is left alone: joining
+// it would merge the two clusters, and each would serve the other's keys.
+// The member itself, back at its address, is joined again.
 func TestReconnectChecksIdentity(t *testing.T) {
-	for _, leaves := range []bool{false, true} {
-		name := "dies"
-		if leaves {
-			name = "leaves"
-		}
-		t.Run(name, func(t *testing.T) {
-			a2 := rebind(t, "a2", "", "127.0.0.1:0")
+	for _, tc := range []struct {
+		name              string
+		leaves            bool
+		cluster, stranger string // cluster names: ours, the other's
+	}{
+		{"dies", false, "", ""},
+		{"dies, named", false, "a", "b"},
+		{"leaves, named", true, "a", "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a2 := rebind(t, "a2", tc.cluster, "127.0.0.1:0")
 			addr := a2.GossipAddr()
-			a1, err := Join(Config{Name: "a1", BindAddr: "127.0.0.1", Join: []string{addr},
+			a1, err := Join(Config{Name: "a1", Cluster: tc.cluster, BindAddr: "127.0.0.1", Join: []string{addr},
 				Meta: Meta{Peer: "127.0.0.1:1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings,
 				ReconnectInterval: 50 * time.Millisecond}, nil)
 			if err != nil {
@@ -97,7 +101,7 @@ func TestReconnectChecksIdentity(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = a1.Shutdown() })
 			eventually(t, "a1 joins a2", func() string { return ringIs(a1, "a1/1 a2/1") })
-			if leaves {
+			if tc.leaves {
 				if err := a2.Leave(5 * time.Second); err != nil {
 					t.Fatal(err)
 				}
@@ -108,7 +112,7 @@ func TestReconnectChecksIdentity(t *testing.T) {
 			eventually(t, "a1 sees a2 go", func() string { return ringIs(a1, "a1/1") })
 
 			// Another cluster's node binds the address a2 had.
-			b1 := rebind(t, "b1", "", addr)
+			b1 := rebind(t, "b1", tc.stranger, addr)
 			// Forty reconnect intervals: without the check, the first joins.
 			deadline := time.Now().Add(2 * time.Second)
 			for time.Now().Before(deadline) {
@@ -123,8 +127,62 @@ func TestReconnectChecksIdentity(t *testing.T) {
 			if err := b1.Shutdown(); err != nil {
 				t.Fatal(err)
 			}
-			back := rebind(t, "a2", "", addr, addr)
+			back := rebind(t, "a2", tc.cluster, addr, addr)
 			eventually(t, "a1 joins a2 again", func() string { return ringIs(a1, "a1/1 a2/1") + ringIs(back, "a1/1 a2/1") })
+		})
+	}
+}
+
+// TestDepartedSeedTakenByAStranger: in a cluster without a name, a seed
+// that departed and whose address another cluster's node took since is
+// not joined: not by reconnect when it left (the stranger may even have
+// its name: a retired machine's hostname:port), and not by the seeds'
+// rejoin when DNS still lists its address.
+func TestDepartedSeedTakenByAStranger(t *testing.T) {
+	for _, tc := range []struct {
+		name, stranger string
+		leaves, byName bool
+	}{
+		{"left, its name reused", "s", true, false},
+		{"left, a name seed", "b1", true, true},
+		{"died, a name seed", "b1", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := rebind(t, "s", "", "127.0.0.1:0")
+			addr := s.GossipAddr()
+			seed, dns := addr, Resolver(nil)
+			if tc.byName {
+				_, p, _ := net.SplitHostPort(addr)
+				seed, dns = "seed.test:"+p, &fakeDNS{hosts: map[string][]string{"seed.test": {"127.0.0.1"}}}
+			}
+			a, err := Join(Config{Name: "a", BindAddr: "127.0.0.1", Join: []string{seed}, Resolver: dns,
+				Meta: Meta{Peer: "127.0.0.1:1", Weight: 1}, Logger: quietLogger(t), Profile: Local, Tune: fastTimings,
+				JoinRetryMax: 50 * time.Millisecond, ReconnectInterval: 50 * time.Millisecond}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = a.Shutdown() })
+			eventually(t, "a joins s", func() string { return ringIs(a, "a/1 s/1") })
+			if tc.leaves {
+				if err := s.Leave(5 * time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Shutdown(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "a sees s go", func() string { return ringIs(a, "a/1") })
+			// Past memberlist's gossip to the dead (GossipToTheDeadTime, a
+			// second here): only a cluster name closes that window.
+			time.Sleep(1500 * time.Millisecond)
+			b := rebind(t, tc.stranger, "", addr)
+			deadline := time.Now().Add(2 * time.Second)
+			for time.Now().Before(deadline) {
+				if msg := ringIs(a, "a/1") + ringIs(b, tc.stranger+"/1"); msg != "" {
+					t.Fatalf("the clusters merged: %s", msg)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 		})
 	}
 }

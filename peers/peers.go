@@ -143,6 +143,7 @@ func (p *Peers) joined() bool { return p.ml.NumMembers() > 1 }
 // none answered.
 func (p *Peers) join() (int, error) {
 	addrs, rerr := resolveSeeds(context.Background(), p.resolver, p.seeds, p.port)
+	addrs = p.vetted(addrs)
 	if len(addrs) == 0 {
 		return 0, rerr
 	}
@@ -214,7 +215,7 @@ func (p *Peers) joinNew() {
 	}
 	known := aliveAddrs(p.ev.cur.Load().nodes)
 	var unknown []string
-	for _, a := range addrs {
+	for _, a := range p.vetted(addrs) {
 		if !known[a] {
 			unknown = append(unknown, a)
 		}
@@ -231,6 +232,47 @@ func (p *Peers) joinNew() {
 		"seeds", unknown, "reached", n, "err", err)
 }
 
+// vetted returns addrs (seeds, resolved) less, when the cluster has no name
+// (Config.Cluster), the addresses of members that died or left whose node
+// does not answer a ping by the member's name: a node of another cluster
+// may hold the address now (a recycled IP that DNS still lists), and a
+// join would merge the clusters. With a name, such a node refuses the
+// join itself.
+func (p *Peers) vetted(addrs []string) []string {
+	if p.named {
+		return addrs
+	}
+	nodes := p.ev.cur.Load().nodes
+	alive := aliveAddrs(nodes)
+	departed := make(map[string]string) // name by address
+	for id, m := range nodes {
+		if id != p.self && m.state != stateAlive && !alive[m.addr] {
+			departed[m.addr] = id
+		}
+	}
+	keep := make([]bool, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		name, ok := departed[a]
+		if !ok {
+			keep[i] = true
+			continue
+		}
+		wg.Go(func() {
+			_, err := p.ml.Ping(name, gossipAddr(a))
+			keep[i] = err == nil
+		})
+	}
+	wg.Wait()
+	var out []string
+	for i, a := range addrs {
+		if keep[i] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // reconnect tries, every interval until Leave or Shutdown, to join again
 // the members failure detection declared dead within reconnectFor, all at
 // once. An attempt under way when they give up ends by itself, within
@@ -245,10 +287,13 @@ func (p *Peers) joinNew() {
 // A member that really died refuses or times out; one that came back
 // under its name has joined by itself and is alive again, so not tried.
 //
-// Seeds that left are tried too (those given as IP addresses: names are
-// looked up again by retryJoin): the first node of a cluster, which the
-// others joined, often has only itself for a seed, and restarted it finds
-// no one; it left, so without this the cluster stayed split for good.
+// In a cluster with a name, seeds that left are tried too (those given as
+// IP addresses: names are looked up again by retryJoin): the first node
+// of a cluster, which the others joined, often has only itself for a
+// seed, and restarted it finds no one; it left, so without this the
+// cluster stayed split for good. Without a name they are not: a seed
+// retired on purpose may serve another cluster under the same node name
+// (a fixed --name, or hostname:port), which a ping cannot tell apart.
 //
 // A join merges two clusters whoever answers. With a cluster name
 // (Config.Cluster), another cluster's node drops the join. Without one,
@@ -259,12 +304,13 @@ func (p *Peers) joinNew() {
 // apart. Without either they merged, and each served the other's keys
 // (TestReconnectChecksIdentity). The ping is UDP only: a cluster whose
 // UDP is blocked (memberlist then probes over TCP) heals only if it has a
-// name.
+// name, which joins over TCP when the ping goes unanswered.
 //
 // What the server must do about a member that comes back (it may have
 // owned this node's keys meanwhile) is the server's: peers only reports it
 // as a member again.
 func (p *Peers) reconnect(interval time.Duration) {
+	var joining sync.Map // addresses with a join under way in the background
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -281,10 +327,22 @@ func (p *Peers) reconnect(interval time.Duration) {
 		var back atomic.Int32
 		for _, m := range dead {
 			wg.Go(func() {
-				if !p.named {
-					if _, err := p.ml.Ping(m.name, gossipAddr(m.addr)); err != nil {
+				if _, err := p.ml.Ping(m.name, gossipAddr(m.addr)); err != nil {
+					if !p.named {
 						return // not there, or another node is
 					}
+					// Named: another cluster's node refuses the join, so
+					// join over TCP anyway (UDP may be blocked), in the
+					// background and one at a time per address, so that a
+					// dial into a partition holds up no round. It ends by
+					// itself within memberlist's TCPTimeout, Shutdown or not.
+					if _, busy := joining.LoadOrStore(m.addr, true); !busy {
+						go func() {
+							defer joining.Delete(m.addr)
+							_, _ = p.ml.Join([]string{m.addr})
+						}()
+					}
+					return
 				}
 				if n, _ := p.ml.Join([]string{m.addr}); n > 0 {
 					back.Add(1)
@@ -316,7 +374,7 @@ func (p *Peers) deadMembers(now time.Time) []deadMember {
 	alive := aliveAddrs(nodes)
 	var dead []deadMember
 	for id, m := range nodes {
-		gone := m.state == stateDead || m.state == stateLeft && !m.died.IsZero() && p.seedAddrs[m.addr]
+		gone := m.state == stateDead || p.named && m.state == stateLeft && !m.died.IsZero() && p.seedAddrs[m.addr]
 		if id != p.self && gone && now.Sub(m.died) < reconnectFor && !alive[m.addr] {
 			alive[m.addr] = true // once per address
 			dead = append(dead, deadMember{id, m.addr})

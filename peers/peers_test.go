@@ -305,16 +305,7 @@ func TestPartitionHeals(t *testing.T) {
 	// memberlist gossips a death to the dead member for
 	// GossipToTheDeadTime (a second here), then never contacts it again:
 	// wait that out twice over, so nothing of memberlist's could cross.
-	eventually(t, "memberlist stops gossiping to the dead", func() string {
-		for _, n := range nodes {
-			for id, m := range n.p.ev.cur.Load().nodes {
-				if m.state == stateDead && time.Since(m.died) < 2*time.Second {
-					return fmt.Sprintf("%s saw %s die %v ago", n.p.Self(), id, time.Since(m.died))
-				}
-			}
-		}
-		return ""
-	})
+	eventually(t, "memberlist stops gossiping to the dead", deathsOlderThan(nodes, 2*time.Second))
 	for _, n := range nodes {
 		if got := len(n.p.deadMembers(time.Now())); got != 2 {
 			t.Fatalf("%s would try %d members again, want 2", n.p.Self(), got)
@@ -552,6 +543,22 @@ func BenchmarkMeta(b *testing.B) {
 	}
 }
 
+// deathsOlderThan is a condition for eventually: every death the nodes
+// saw is older than d (memberlist gossips to a dead member for
+// GossipToTheDeadTime, then never contacts it again).
+func deathsOlderThan(nodes []*testNode, d time.Duration) func() string {
+	return func() string {
+		for _, n := range nodes {
+			for id, m := range n.p.ev.cur.Load().nodes {
+				if m.state == stateDead && time.Since(m.died) < d {
+					return fmt.Sprintf("%s saw %s die %v ago", n.p.Self(), id, time.Since(m.died))
+				}
+			}
+		}
+		return ""
+	}
+}
+
 // udpGate is a memTransport whose packets (memberlist's UDP) can be
 // dropped, all of them, while its streams (TCP) still flow.
 type udpGate struct {
@@ -601,16 +608,7 @@ func TestNamedClusterHealsWithoutUDP(t *testing.T) {
 	eventually(t, "each side declares the other dead", func() string {
 		return ringsAre(nodes[:2], "n0/1 n1/1")() + ringsAre(nodes[2:], "n2/1 n3/1")()
 	})
-	eventually(t, "memberlist stops gossiping to the dead", func() string {
-		for _, n := range nodes {
-			for id, m := range n.p.ev.cur.Load().nodes {
-				if m.state == stateDead && time.Since(m.died) < 2*time.Second {
-					return fmt.Sprintf("%s saw %s die %v ago", n.p.Self(), id, time.Since(m.died))
-				}
-			}
-		}
-		return ""
-	})
+	eventually(t, "memberlist stops gossiping to the dead", deathsOlderThan(nodes, 2*time.Second))
 	mn.heal()
 	eventually(t, "the halves merge over TCP", ringsAre(nodes, all))
 }

@@ -38,6 +38,8 @@ func TestErrorText(t *testing.T) {
 			"spillway serve: --gossip-key: key 1 decodes to 10 bytes; want 16, 24 or 32"},
 		{"second gossip key not base64", []string{"serve", "--gossip", "127.0.0.1:0", "--gossip-key", base64.StdEncoding.EncodeToString(make([]byte, 32)) + ",x!"},
 			"spillway serve: --gossip-key: key 2 is not base64"},
+		{"cluster name too long", []string{"serve", "--gossip", "127.0.0.1:0", "--cluster", strings.Repeat("c", 256)},
+			"spillway serve: --cluster: 256 bytes; at most 255"},
 		{"port taken, named node", []string{"serve", "--listen", taken.Addr().String(), "--gossip", "127.0.0.1:0", "--name", "n1"},
 			"spillway serve (n1): --listen " + taken.Addr().String() + ": address already in use\n"},
 		{"gossip port taken", []string{"serve", "--listen", "127.0.0.1:0", "--peer-listen", "127.0.0.1:0", "--gossip", taken.Addr().String(), "--name", "n1"},

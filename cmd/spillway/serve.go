@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"spillway/internal/loopback"
 	"spillway/peers"
 	"spillway/ring"
@@ -212,6 +214,9 @@ func (f *serveFlags) check(given map[string]string) error {
 	}
 	if _, err := f.secretKeys(); err != nil {
 		return err
+	}
+	if n := len(f.clusterName); n > memberlist.LabelMaxSize {
+		return fmt.Errorf("--cluster: %d bytes; at most %d", n, memberlist.LabelMaxSize)
 	}
 	_, err := pickerConfig(f.epsilon, f.load, f.spillOrder)
 	return err
