@@ -55,7 +55,8 @@ type Peers struct {
 	// reconnect tries those that left (see there).
 	seedAddrs map[string]bool
 	// named is set when the cluster has a name (Config.Cluster): another
-	// cluster's node refuses a join, so reconnect need not ping first.
+	// cluster's node refuses a join, so a departed member's address may be
+	// joined without an answer to a ping by its name (reconnect, vetted).
 	named bool
 
 	life sync.Mutex // serialises Leave and Shutdown: memberlist panics on Leave after Shutdown
