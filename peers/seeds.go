@@ -55,7 +55,7 @@ func ipSeeds(seeds []string, port int) map[string]bool {
 	addrs := make(map[string]bool)
 	for _, s := range seeds {
 		host, p := seedHostPort(s, port)
-		if ip := net.ParseIP(host); ip != nil && !strings.HasPrefix(s, SRVPrefix) {
+		if ip := net.ParseIP(host); ip != nil { // a dns+srv: seed never is
 			addrs[net.JoinHostPort(ip.String(), p)] = true
 		}
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -293,27 +294,16 @@ func (cl *cluster) installLocked() {
 		delete(cl.together, n.ID)
 		cl.lackedAt[n.ID] = cl.installs
 	}
-	for id := range cl.heard {
-		if !r.Has(id) {
-			// A word had while out of the view is no word for its return
-			// (a late answer, found by review).
-			delete(cl.heard, id)
-		}
-	}
-	for id := range cl.wordDue {
-		if !r.Has(id) {
-			// Its return waits anew (TestHealWordWaitRestartsOnReturn).
-			delete(cl.wordDue, id)
-		}
-	}
-	for id := range cl.returning {
-		if !r.Has(id) {
-			// Out of the ring again before a fence told it: gossip
-			// dropped it (gone holds it anew, and its return marks it
-			// again), or it is another run now (nothing to tell).
-			delete(cl.returning, id)
-		}
-	}
+	// Forgotten for the members out of the ring:
+	//   - heard: a word had while out of the view is no word for its
+	//     return (a late answer, found by review);
+	//   - wordDue: its return waits anew (TestHealWordWaitRestartsOnReturn);
+	//   - returning: out of the ring again before a fence told it, gossip
+	//     dropped it (gone holds it anew, and its return marks it again),
+	//     or it is another run now (nothing to tell).
+	forgetOutOf(r, cl.heard)
+	forgetOutOf(r, cl.wordDue)
+	forgetOutOf(r, cl.returning)
 	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string),
 		sharedReads: make(map[string]bool), sharedFetches: make(map[string]bool),
 		departed: make(map[string]*departed), done: make(chan struct{}),
@@ -514,4 +504,10 @@ func (cl *cluster) valid(key string, seq uint64) bool {
 func (cl *cluster) dial(addr string) *wire.Client {
 	return wire.New(wire.Config{Addr: addr, Dial: cl.cfg.dial, MaxIdle: cl.cfg.PeerMaxIdle, MaxValue: cl.srv.cfg.MaxItemSize,
 		TLS: cl.cfg.PeerTLS, Secrets: cl.cfg.PeerSecrets})
+}
+
+// forgetOutOf deletes from m, a record by member ID, the members r does not
+// hold.
+func forgetOutOf[V any](r *ring.Ring, m map[string]V) {
+	maps.DeleteFunc(m, func(id string, _ V) bool { return !r.Has(id) })
 }
