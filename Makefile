@@ -98,7 +98,8 @@ bench-memory: build
 # libmemcached's memcaslap as a cross-check. Medians of 3 runs x 6 s
 # (COMPARE_FLAGS='-runs 1 -duration 2s' for a quick look); about 6 minutes.
 # Installs the Debian packages when missing (root and apt-get); elsewhere
-# the rows that need them are skipped, loudly.
+# the rows that need them are skipped, loudly. perf (linux-perf) is
+# optional: it counts the system calls of the per-request table.
 COMPARE_FLAGS ?=
 
 bench-compare: build
@@ -114,6 +115,10 @@ bench-compare: build
 			echo "WARNING: missing$$missing; their rows will be SKIPPED (sudo apt-get install$$missing)"; \
 		fi; \
 	fi
+	@# perf counts the system calls per request; without it that column is "—".
+	@command -v perf >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null 2>&1; } || \
+		echo "WARNING: no perf (Debian's linux-perf): system calls per request will not be counted"
 	$(GO) run ./bench/compare -spillway $(BIN) \
 		-memcached $$(command -v memcached || echo /usr/bin/memcached) \
 		-nutcracker $$(command -v nutcracker || echo /usr/sbin/nutcracker) \

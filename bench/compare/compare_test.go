@@ -142,3 +142,45 @@ func TestMaxOverMean(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePerfCount(t *testing.T) {
+	const ev = "raw_syscalls:sys_enter"
+	for _, tc := range []struct {
+		name, out string
+		want      int64
+		ok        bool
+	}{
+		{"count", "736559,,raw_syscalls:sys_enter,4001234567,100.00,,\n", 736559, true},
+		{"after-other-lines", "# started on Sat Dec  5\n\n582,,raw_syscalls:sys_enter,11256942,100.00,,\n", 582, true},
+		{"not-supported", "<not supported>,,raw_syscalls:sys_enter,0,100.00,,\n", 0, false},
+		{"not-counted", "<not counted>,,raw_syscalls:sys_enter,0,0.00,,\n", 0, false},
+		{"other-event", "10,,context-switches,1,100.00,,\n", 0, false},
+		{"error-text", "Error: No permission to enable raw_syscalls:sys_enter event.\n", 0, false},
+		{"empty", "", 0, false},
+	} {
+		got, err := parsePerfCount(tc.out, ev)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("%s: got %d, %v; want %d (ok %v)", tc.name, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestParseSwitches(t *testing.T) {
+	const head = "Name:\tspillway\nState:\tS (sleeping)\nThreads:\t11\n"
+	for _, tc := range []struct {
+		name, status string
+		want         int64
+		ok           bool
+	}{
+		{"both", head + "voluntary_ctxt_switches:\t33354\nnonvoluntary_ctxt_switches:\t1017\n", 34371, true},
+		{"no-trailing-newline", head + "voluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t49", 61, true},
+		{"one-missing", head + "voluntary_ctxt_switches:\t12\n", 0, false},
+		{"none", head, 0, false},
+		{"not-a-number", head + "voluntary_ctxt_switches:\tmany\nnonvoluntary_ctxt_switches:\t49\n", 0, false},
+	} {
+		got, err := parseSwitches([]byte(tc.status))
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("%s: got %d, %v; want %d (ok %v)", tc.name, got, err, tc.want, tc.ok)
+		}
+	}
+}

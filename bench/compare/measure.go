@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"spillway/bench"
@@ -36,7 +37,11 @@ type sample struct {
 	genCores, srvCores, busyCores float64
 	errors                        int64
 	hitRatio                      float64
-	cmds                          []string // the deployment's and the generator's command lines
+	// syscalls and switches are the setup's system calls and context
+	// switches per request (counters.go); syscalls is -1 when perf
+	// could not count them.
+	syscalls, switches float64
+	cmds               []string // the deployment's and the generator's command lines
 }
 
 // load is one workload of spillway bench: 9:1 get:set (or gets only), 100-byte values,
@@ -112,6 +117,7 @@ func runBench(d *deployment, l load, dir string) (sample, error) {
 		cpu, wall = rep.Load.ServerCPU, rep.Elapsed
 	}
 	s.opsPerCPU = float64(rep.Ops) / cpu
+	s.syscalls, s.switches = run.perRequest(rep.Ops)
 	s.srvCores = cpu / wall
 	s.busiest, s.busiestCmd, s.answered, err = nodeLoads(d, run.before, run.after, rep.Ops)
 	return s, err
@@ -123,6 +129,10 @@ type generated struct {
 	gen           *proc
 	wall          float64  // seconds
 	cmds          []string // the deployment's command lines, then the generator's
+	// syscalls is the deployment's system calls during the run, or -1
+	// if they could not be counted (syscallErr says why).
+	syscalls   int64
+	syscallErr error
 }
 
 // generate runs a load generator, bin with args, that loads dep for dur;
@@ -133,17 +143,38 @@ func generate(dep *deployment, name, bin string, args []string, dur time.Duratio
 	if r.before, err = observe(dep); err != nil {
 		return r, err
 	}
+	count := countSyscalls(dep)
 	t0 := time.Now()
 	if r.gen, err = start(name, bin, args...); err != nil {
+		count.stop()
 		return r, err
 	}
 	err = r.gen.wait(dur + generatorSlack)
 	r.wall = time.Since(t0).Seconds()
+	if r.syscalls, r.syscallErr = count.stop(); r.syscallErr != nil {
+		r.syscalls = -1
+		syscallsUncounted.CompareAndSwap(nil, &r.syscallErr)
+	}
 	if err != nil {
 		return r, err
 	}
 	r.after, err = observe(dep)
 	return r, err
+}
+
+// syscallsUncounted is why the first run whose system calls were not
+// counted was not, for the report.
+var syscallsUncounted atomic.Pointer[error]
+
+// perRequest is the deployment's system calls (-1 if not counted) and
+// context switches over the run, per request of ops.
+func (r generated) perRequest(ops int64) (syscalls, switches float64) {
+	n := float64(max(ops, 1))
+	syscalls = -1
+	if r.syscalls >= 0 {
+		syscalls = float64(r.syscalls) / n
+	}
+	return syscalls, float64(r.after.switches-r.before.switches) / n
 }
 
 // cpu is the CPU-seconds the deployment's processes used during the run.
@@ -160,6 +191,7 @@ func (r generated) cores() (gen, busy float64) {
 // each node's stats, and the machine's busy time.
 type observation struct {
 	cpu, busy time.Duration
+	switches  int64 // context switches of the processes' threads
 	stats     []map[string]string
 }
 
@@ -178,6 +210,11 @@ func observe(d *deployment) (observation, error) {
 			return o, fmt.Errorf("%s: %w", p.name, err)
 		}
 		o.cpu += c
+		n, err := p.switches()
+		if err != nil {
+			return o, err
+		}
+		o.switches += n
 	}
 	for _, n := range d.nodes {
 		s, err := stats(n)
@@ -263,6 +300,7 @@ func runMemcaslap(d *deployment, threads, conns int) (sample, error) {
 		return s, err
 	}
 	s.ops, s.opsPerSec, s.opsPerCPU = ops, float64(ops)/secsRun, float64(ops)/run.cpu()
+	s.syscalls, s.switches = run.perRequest(ops)
 	s.genCores, s.busyCores = run.cores()
 	s.srvCores = run.cpu() / run.wall
 	s.busiest, s.busiestCmd, s.answered, err = nodeLoads(d, run.before, run.after, ops)

@@ -245,6 +245,8 @@ func printDetails(w io.Writer, res results, done []scenario) {
 	}
 	fmt.Fprintf(w, "\n\n")
 
+	printPerRequest(w, res, done)
+
 	if r := res["cluster"]; r != nil && len(r[1]) > 0 {
 		fmt.Fprintf(w, "Busiest node / mean counts at each node the requests it answered itself: on memcached cmd_get + cmd_set; "+
 			"on a Spillway node served + cmd_set − forwarded_writes, because a read a node forwards is counted in cmd_get "+
@@ -265,4 +267,37 @@ func printDetails(w io.Writer, res results, done []scenario) {
 		}
 	}
 	fmt.Fprintf(w, "```\n")
+}
+
+// printPerRequest writes, for every cell, what a request cost the setup:
+// CPU, system calls and context switches (medians of its runs).
+func printPerRequest(w io.Writer, res results, done []scenario) {
+	var rows [][]string
+	for _, sc := range done {
+		for side, st := range []*setup{sc.ref, sc.sw} {
+			ss := res[sc.name][side]
+			if len(ss) == 0 {
+				continue
+			}
+			cpu := medianOf(ss, func(s sample) float64 { return 1e6 / s.opsPerCPU })
+			sys := "—"
+			if n := medianOf(ss, func(s sample) float64 { return s.syscalls }); n >= 0 {
+				sys = fmt.Sprintf("%.2f", n)
+			}
+			rows = append(rows, []string{sc.name, st.name, fmt.Sprintf("%.2f", cpu), sys,
+				fmt.Sprintf("%.2f", medianOf(ss, func(s sample) float64 { return s.switches }))})
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "### Per request: CPU, system calls, context switches\n\n")
+	writeTable(w, []string{"scenario", "setup", "CPU µs", "system calls", "context switches"}, rows)
+	fmt.Fprintf(w, "\nPer request of the load generator, medians of the cell's runs, counting the setup's processes only "+
+		"(CPU as in the cell's ops per CPU-second). System calls are perf stat's raw_syscalls:sys_enter on their PIDs; "+
+		"context switches, voluntary and not, are their threads' from /proc. ")
+	if why := syscallsUncounted.Load(); why != nil {
+		fmt.Fprintf(w, "System calls marked — were not counted: %v.", *why)
+	}
+	fmt.Fprintf(w, "\n\n")
 }
