@@ -70,3 +70,43 @@ func TestLoadSeries(t *testing.T) {
 		}
 	}
 }
+
+// TestProfileLabels: the goroutines of the client port's connections, of
+// the peer port's, and the readers of the connections shared to other
+// nodes carry a conn label in the profiles /debug/pprof/ serves, which
+// is what lets a CPU profile be split by port (go tool pprof -tags).
+func TestProfileLabels(t *testing.T) {
+	nodes := startCluster(t, 2, clusterOpts{})
+	entry := nodes[0]
+	key := keyOwnedBy(t, entry, "label:", nodes[1].srv.ID())
+	c := dialRaw(t, entry.addr)
+	// A forwarded write leaves a pooled connection to the owner's peer
+	// port open, and a read of the key, which the entry does not hold,
+	// goes over a shared connection, whose reader stays too.
+	c.send("set " + key + " 0 0 1\r\nv\r\n")
+	c.expect("STORED\r\n")
+	c.send("get " + key + "\r\n")
+	c.expect("VALUE " + key + " 0 1\r\nv\r\nEND\r\n")
+
+	want := map[string]string{
+		`{"conn":"client"}`:      "spillway/server.(*conn).serve",
+		`{"conn":"peer"}`:        "spillway/server.(*conn).serve",
+		`{"conn":"mux-replies"}`: "spillway/peers/wire.(*muxConn).readReplies",
+	}
+	code, dump := get(t, entry.srv.MetricsHandler(), "/debug/pprof/goroutine?debug=1")
+	if code != 200 {
+		t.Fatalf("goroutine profile: %d", code)
+	}
+	// debug=1 groups identical goroutines in blocks: a count and PCs, an
+	// optional "# labels:" line, then one line per frame.
+	for block := range strings.SplitSeq(dump, "\n\n") {
+		for labels, frame := range want {
+			if strings.Contains(block, "# labels: "+labels+"\n") && strings.Contains(block, frame+"+") {
+				delete(want, labels)
+			}
+		}
+	}
+	for labels, frame := range want {
+		t.Errorf("no goroutine in %s labelled %s", frame, labels)
+	}
+}

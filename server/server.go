@@ -1,12 +1,14 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -290,9 +292,17 @@ func (s *Server) serve(ln net.Listener, peer bool) error {
 			c.reject("SERVER_ERROR too many open connections")
 			continue
 		}
-		go c.serve()
+		go pprof.Do(context.Background(), connLabels[peer], func(context.Context) { c.serve() })
 	}
 }
+
+// connLabels label the CPU profile samples of a connection's goroutine,
+// and of those it starts, by port: "go tool pprof -tagfocus conn=peer"
+// on /debug/pprof/profile shows what serving the other nodes costs a
+// node, conn=client what its clients cost (the readers of the
+// connections this node shares to others are conn=mux-replies, in
+// peers/wire).
+var connLabels = map[bool]pprof.LabelSet{false: pprof.Labels("conn", "client"), true: pprof.Labels("conn", "peer")}
 
 // Addr-independent bookkeeping of listeners and connections, so Shutdown
 // can find them.

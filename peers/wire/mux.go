@@ -1,8 +1,10 @@
 package wire
 
 import (
+	"context"
 	"errors"
 	"net"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -227,7 +229,9 @@ func (c *Client) dialMux(timeout time.Duration) (*muxConn, error) {
 	}
 	mc := &muxConn{pc: pc, timeout: timeout}
 	mc.read.Add(1)
-	go mc.readReplies()
+	// The reader is labelled in CPU profiles (server's connLabels): it
+	// would otherwise carry the labels of whichever request dialled.
+	go pprof.Do(context.Background(), pprof.Labels("conn", "mux-replies"), func(context.Context) { mc.readReplies() })
 	return mc, nil
 }
 
