@@ -200,6 +200,33 @@ func TestConnLimit(t *testing.T) {
 	d.expect("VERSION " + Version + "\r\n")
 }
 
+// TestBatchAcrossFirstRead: a connection that was waiting reads its
+// next bytes into a small buffer of its own (conn.first) before its
+// reader's; a pipelined batch longer than that, cut by the first read
+// anywhere (in a request line, in a value, in its CRLF) is answered
+// whole and in order. The batch goes in one write on loopback, so the
+// first read takes the first len(first) bytes of it.
+func TestBatchAcrossFirstRead(t *testing.T) {
+	addr, _ := startServer(t, Config{})
+	first := len(conn{}.first)
+	const value = "0123456789abcdefghij0123456789abcdefghij" // 40 bytes
+	// The set's request is a 14-byte line, the value and its CRLF: cut
+	// is where in it the first read ends.
+	for _, cut := range []int{1, 5, 13, 14, 20, 53, 54, 55} {
+		// Pad up to the set with mn lines and a get of a missing key
+		// whose length takes up the rest: 4q + 6 + r bytes.
+		r := 1 + (first-cut-7)%4
+		q := (first - cut - 6 - r) / 4
+		pad := strings.Repeat("mn\r\n", q) + "get " + strings.Repeat("p", r) + "\r\n"
+		if len(pad) != first-cut {
+			t.Fatalf("cut %d: pad of %d bytes, want %d", cut, len(pad), first-cut)
+		}
+		c := dialRaw(t, addr)
+		c.send(pad + "set k 0 0 40\r\n" + value + "\r\n" + "get k\r\n")
+		c.expect(strings.Repeat("MN\r\n", q) + "END\r\n" + "STORED\r\nVALUE k 0 40\r\n" + value + "\r\nEND\r\n")
+	}
+}
+
 func TestIdleTimeout(t *testing.T) {
 	addr, _ := startServer(t, Config{IdleTimeout: 50 * time.Millisecond})
 	c := dialRaw(t, addr)
