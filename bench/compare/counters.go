@@ -92,12 +92,12 @@ func parsePerfCount(out, event string) (int64, error) {
 // switches is the context switches of p's threads so far, voluntary and
 // not, from /proc: a thread that exited is no longer counted.
 func (p *proc) switches() (int64, error) {
-	dirs, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", p.cmd.Process.Pid))
-	if err != nil || len(dirs) == 0 {
+	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", p.cmd.Process.Pid))
+	if err != nil || len(files) == 0 {
 		return 0, fmt.Errorf("%s: no threads in /proc (%v)", p.name, err)
 	}
 	var n int64
-	for _, f := range dirs {
+	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			continue // the thread exited meanwhile

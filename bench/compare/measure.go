@@ -130,9 +130,8 @@ type generated struct {
 	wall          float64  // seconds
 	cmds          []string // the deployment's command lines, then the generator's
 	// syscalls is the deployment's system calls during the run, or -1
-	// if they could not be counted (syscallErr says why).
-	syscalls   int64
-	syscallErr error
+	// if they could not be counted (syscallsUncounted says why).
+	syscalls int64
 }
 
 // generate runs a load generator, bin with args, that loads dep for dur;
@@ -151,9 +150,10 @@ func generate(dep *deployment, name, bin string, args []string, dur time.Duratio
 	}
 	err = r.gen.wait(dur + generatorSlack)
 	r.wall = time.Since(t0).Seconds()
-	if r.syscalls, r.syscallErr = count.stop(); r.syscallErr != nil {
+	var uncounted error
+	if r.syscalls, uncounted = count.stop(); uncounted != nil {
 		r.syscalls = -1
-		syscallsUncounted.CompareAndSwap(nil, &r.syscallErr)
+		syscallsUncounted.CompareAndSwap(nil, &uncounted)
 	}
 	if err != nil {
 		return r, err
