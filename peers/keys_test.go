@@ -76,10 +76,17 @@ func (h *logCapture) matching(words ...string) []string {
 
 // TestGossipKeyRotation rotates the gossip key of a 3-node cluster as
 // README's Operations says: three rolling restarts (add the new key after
-// the old, put it first, drop the old). Through all nine restarts, no
-// node other than the one restarting leaves any ring, no node is
-// suspected, and no gossip is dropped for want of a key; at the end a
-// node with only the old key is shut out.
+// the old, put it first, drop the old), each node coming back on its
+// address. Through all nine restarts, no node other than the one
+// restarting leaves any ring and no gossip is dropped for want of a key;
+// at the end a node with only the old key is shut out.
+//
+// Suspicion is not checked: it is no sign of a key. A probe under way
+// when its target shuts down fails and says so, and whether one is under
+// way is down to timing. (Had the node come back on a new address, a
+// member that missed its leave would hold the old address alive, refuse
+// the new one as a conflict and suspect the old one until it declared it
+// dead: membership, not keys, and TestReturnsAtNewAddress's subject.)
 func TestGossipKeyRotation(t *testing.T) {
 	oldKey := []byte("old-key-0123456789abcdef") // 24 bytes
 	newKey := []byte("new-key-01234567")         // 16
@@ -88,9 +95,15 @@ func TestGossipKeyRotation(t *testing.T) {
 	log := slog.New(logs)
 	const n = 3
 	nodes := make([]*testNode, n)
+	runs := 0 // numbers each node's runs in the log, where restarts share a name
 	start := func(i int, keys [][]byte) {
 		t.Helper()
 		name := fmt.Sprintf("n%d", i)
+		tr := mn.NewTransport
+		if nodes[i] != nil {
+			tr = mn.Restart
+		}
+		runs++
 		var seeds []string
 		for j, o := range nodes {
 			if j != i && o != nil {
@@ -100,10 +113,10 @@ func TestGossipKeyRotation(t *testing.T) {
 		nodes[i] = joinTest(t, Config{
 			Name:       name,
 			Join:       seeds,
-			Transport:  mn.NewTransport(name),
+			Transport:  tr(name),
 			Meta:       Meta{Peer: "p-" + name + ":1", Weight: 1},
 			SecretKeys: keys,
-			Logger:     log.With("self", name),
+			Logger:     log.With("self", name, "run", runs),
 		})
 	}
 	for i := range n {
@@ -154,12 +167,8 @@ func TestGossipKeyRotation(t *testing.T) {
 			}
 		}
 	}
-	// Nothing dropped, nobody suspected, during the rotation. (A node
-	// that comes back is marked dead for a moment by its own leave,
-	// which a node that has not heard of its return still gossips; it
-	// refutes that at once. That is how memberlist reuses a name, keys
-	// or not, and the rings above show it cost the others nothing.)
-	if bad := logs.matching("decrypt", "Decrypt", "Suspect", "No installed keys"); len(bad) > 0 {
+	// No gossip dropped for want of a key during the rotation.
+	if bad := logs.matching("decrypt", "Decrypt", "no installed keys"); len(bad) > 0 {
 		t.Errorf("during the rotation:\n%s", strings.Join(bad, "\n"))
 	}
 

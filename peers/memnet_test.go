@@ -11,9 +11,10 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// memNet is an in-memory network for memberlist, addressed and routed the
-// way memberlist.MockNetwork is (127.0.0.1:<n>, by node name when memberlist
-// gives one), without MockNetwork's three problems for these tests:
+// memNet is an in-memory network for memberlist, addressed the way
+// memberlist.MockNetwork is (127.0.0.1:<n>) but routed by address alone
+// (MockNetwork routes by node name when memberlist gives one), and without
+// MockNetwork's three problems for these tests:
 //
 //   - its maps have no lock, so creating a transport while another node
 //     sends is a data race;
@@ -64,20 +65,40 @@ func (n *memNet) apart(a, b *memTransport) bool {
 	return n.cutOff != nil && n.cutOff[a] != n.cutOff[b]
 }
 
-// NewTransport returns a transport for the node called name; name must be
-// the node's Config.Name, since memberlist routes by it.
+// NewTransport returns a transport, on an address of its own, for the node
+// called name; cut finds the node's latest transport by that name.
 func (n *memNet) NewTransport(name string) *memTransport {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.port++
+	return n.newTransportLocked(name, n.port)
+}
+
+// Restart returns a transport for the node called name on the address its
+// last transport had, as a process restarted with the same flags listens;
+// that transport must have shut down.
+func (n *memNet) Restart(name string) *memTransport {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	old, ok := n.byName[name]
+	if !ok {
+		panic("memnet: restart of " + name + ", which never ran")
+	}
+	if !old.isShut() {
+		panic("memnet: restart of " + name + " while it runs")
+	}
+	return n.newTransportLocked(name, old.port)
+}
+
+func (n *memNet) newTransportLocked(name string, port int) *memTransport {
 	if n.byAddr == nil {
 		n.byAddr = make(map[string]*memTransport)
 		n.byName = make(map[string]*memTransport)
 	}
-	n.port++
 	t := &memTransport{
 		net:     n,
-		addr:    memAddr("127.0.0.1:" + strconv.Itoa(n.port)),
-		port:    n.port,
+		addr:    memAddr("127.0.0.1:" + strconv.Itoa(port)),
+		port:    port,
 		packets: make(chan *memberlist.Packet, packetQueue),
 		streams: make(chan net.Conn),
 		done:    make(chan struct{}),
@@ -87,13 +108,16 @@ func (n *memNet) NewTransport(name string) *memTransport {
 	return t
 }
 
+// peer finds the transport at a's address. It routes by address alone,
+// as a real network does, though memberlist names the node it means: a
+// node restarted on a new address must not answer for its old one, or a
+// member that missed its leave probes the old address, gets the new
+// node's ack, never finds the old one dead, and refuses the new address
+// as a conflict for good.
 func (n *memNet) peer(a memberlist.Address) (*memTransport, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	t, ok := n.byName[a.Name]
-	if a.Name == "" {
-		t, ok = n.byAddr[a.Addr]
-	}
+	t, ok := n.byAddr[a.Addr]
 	if !ok {
 		return nil, fmt.Errorf("memnet: no route to %s", a.String())
 	}
@@ -120,6 +144,12 @@ var _ memberlist.NodeAwareTransport = (*memTransport)(nil)
 
 var errRefused = errors.New("memnet: connection refused")
 
+// errShut is what a shut-down transport answers a send or a dial with.
+// memberlist's probe of a node can outlive its Shutdown (it finishes with
+// a TCP ping); in a test that restarts a node on its address, that ping
+// would reach the node's next run, which is not the process that sent it.
+var errShut = errors.New("memnet: transport shut down")
+
 // packetQueue is a transport's receive buffer, in packets.
 const packetQueue = 1024
 
@@ -132,6 +162,9 @@ func (t *memTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 }
 
 func (t *memTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	if t.isShut() {
+		return time.Time{}, errShut
+	}
 	dest, err := t.net.peer(a)
 	if err != nil {
 		return time.Time{}, err
@@ -156,6 +189,9 @@ func (t *memTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn
 }
 
 func (t *memTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	if t.isShut() {
+		return nil, errShut
+	}
 	dest, err := t.net.peer(a)
 	if err != nil {
 		return nil, err
@@ -184,8 +220,19 @@ func (t *memTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 
 func (t *memTransport) StreamCh() <-chan net.Conn { return t.streams }
 
-// Shutdown makes the transport unreachable; memberlist calls it first
-// thing in its own Shutdown.
+// isShut reports whether Shutdown has run.
+func (t *memTransport) isShut() bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Shutdown makes the transport unreachable, and unable to reach others, as
+// if the process it stands for were gone; memberlist calls it first thing
+// in its own Shutdown.
 func (t *memTransport) Shutdown() error {
 	t.shutOnce.Do(func() { close(t.done) })
 	return nil
