@@ -54,6 +54,9 @@ type Peers struct {
 	// seedAddrs are the seeds given as IP addresses, as gossip addresses:
 	// reconnect tries those that left (see there).
 	seedAddrs map[string]bool
+	// updateWait bounds Leave's wait for its meta's gossip (see there):
+	// a few gossip rounds.
+	updateWait time.Duration
 	// named is set when the cluster has a name (Config.Cluster): another
 	// cluster's node refuses a join, so a departed member's address may be
 	// joined without an answer to a ping by its name (reconnect, vetted).
@@ -101,7 +104,7 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 	}
 	p := &Peers{self: cfg.Name, ml: ml, ev: ev, giveUp: make(chan struct{}), joinDone: make(chan struct{}),
 		seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger, named: cfg.Cluster != "",
-		seedAddrs: ipSeeds(cfg.Join, cfg.BindPort)}
+		seedAddrs: ipSeeds(cfg.Join, cfg.BindPort), updateWait: 5 * mc.GossipInterval}
 	alone := false
 	if len(cfg.Join) > 0 {
 		n, err := p.join()
@@ -460,13 +463,26 @@ func (p *Peers) Leave(timeout time.Duration) error {
 	// piggybacks on whatever packets go out, and the leave message replaces
 	// it in the others' queues), so also hand it to each member directly.
 	p.ev.setLeaving()
-	err := p.ml.UpdateNode(remaining())
+	// UpdateNode queues the new meta for gossip, then waits to hear that
+	// it went out. memberlist (v0.7.0, memberlistBroadcast.Finished) tells
+	// that with a send that is dropped when nobody waits yet: a broadcast
+	// sent, or replaced by a refutation, before UpdateNode starts waiting
+	// is never reported, and UpdateNode waits out its whole timeout (seen
+	// under -race: all of Leave's 5 s, then the leave message itself given
+	// 1 ms). Its wait is not what carries the news: pushState hands it to
+	// every member over TCP, and they gossip it on. So it gets a few
+	// gossip rounds, and running out of them is no error.
+	wait := p.updateWait
+	if !deadline.IsZero() {
+		wait = min(wait, remaining())
+	}
+	_ = p.ml.UpdateNode(wait)
 	pushBy := deadline
 	if !deadline.IsZero() {
 		pushBy = time.Now().Add(time.Until(deadline) / 2) // keep time for the leave itself
 	}
 	p.pushState(pushBy)
-	return errors.Join(err, p.ml.Leave(remaining()))
+	return p.ml.Leave(remaining())
 }
 
 // pushState runs a TCP push/pull (memberlist's Join) with every other alive
