@@ -12,6 +12,7 @@
 package peers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -102,6 +103,20 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		ev.close()
 		return nil, fmt.Errorf("peers: start gossip: %w", err)
 	}
+	if !announcesSelf(ml, cfg.Name, meta) {
+		// memberlist listens before it records this node as alive
+		// (Create: newMemberlist, then setAlive). A node restarted on its
+		// address may hear the others gossip about its previous run in
+		// between (its leave: an alive message with the leaving meta).
+		// memberlist records that as this node's own state and refutes
+		// it; if setAlive drew its incarnation before the refutation
+		// raised it, setAlive is ignored, and the node goes on announcing
+		// its previous run's leave, out of every ring until restarted
+		// (seen twice in 550 key rotations under -race). UpdateNode, with
+		// an incarnation above the refutation's, puts our meta back.
+		cfg.Logger.Info("peers: gossip about this node's previous run came first; announcing this run again")
+		_ = ml.UpdateNode(5 * mc.GossipInterval)
+	}
 	p := &Peers{self: cfg.Name, ml: ml, ev: ev, giveUp: make(chan struct{}), joinDone: make(chan struct{}),
 		seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger, named: cfg.Cluster != "",
 		seedAddrs: ipSeeds(cfg.Join, cfg.BindPort), updateWait: 5 * mc.GossipInterval}
@@ -127,6 +142,18 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		go p.reconnect(cfg.ReconnectInterval)
 	}
 	return p, nil
+}
+
+// announcesSelf reports whether ml holds itself alive with meta. Only
+// setAlive and UpdateNode write a node's own meta and state, so what this
+// sees after Create stays so.
+func announcesSelf(ml *memberlist.Memberlist, self string, meta []byte) bool {
+	for _, n := range ml.Members() { // the alive and suspect ones
+		if n.Name == self {
+			return bytes.Equal(n.Meta, meta)
+		}
+	}
+	return false
 }
 
 // joinAttrs are the log attributes of a join that left the node alone; err
