@@ -56,7 +56,7 @@ type Peers struct {
 	// reconnect tries those that left (see there).
 	seedAddrs map[string]bool
 	// updateWait bounds Leave's wait for its meta's gossip (see there):
-	// a few gossip rounds.
+	// a few gossip rounds, and never 0 (no limit to UpdateNode).
 	updateWait time.Duration
 	// named is set when the cluster has a name (Config.Cluster): another
 	// cluster's node refuses a join, so a departed member's address may be
@@ -103,23 +103,34 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 		ev.close()
 		return nil, fmt.Errorf("peers: start gossip: %w", err)
 	}
+	// UpdateNode waits for its gossip to go out; bound it (see Leave),
+	// and keep it bounded where gossip is off (0 would mean no limit).
+	updateWait := 5 * mc.GossipInterval
+	if updateWait <= 0 {
+		updateWait = time.Millisecond
+	}
 	if !announcesSelf(ml, cfg.Name, meta) {
 		// memberlist listens before it records this node as alive
 		// (Create: newMemberlist, then setAlive). A node restarted on its
 		// address may hear the others gossip about its previous run in
 		// between (its leave: an alive message with the leaving meta).
-		// memberlist records that as this node's own state and refutes
-		// it; if setAlive drew its incarnation before the refutation
-		// raised it, setAlive is ignored, and the node goes on announcing
-		// its previous run's leave, out of every ring until restarted
-		// (seen twice in 550 key rotations under -race). UpdateNode, with
-		// an incarnation above the refutation's, puts our meta back.
+		// memberlist records that as this node's own state (dead) and
+		// refutes it; if setAlive drew its incarnation before the
+		// refutation raised it, setAlive is ignored, and the node goes on
+		// announcing its previous run's leave, out of every ring until
+		// restarted (seen twice in 550 key rotations under -race).
+		// UpdateNode, with an incarnation above the refutation's, puts
+		// our meta back.
 		cfg.Logger.Info("peers: gossip about this node's previous run came first; announcing this run again")
-		_ = ml.UpdateNode(5 * mc.GossipInterval)
+		if err := reannounce(ml, updateWait); err != nil {
+			_ = ml.Shutdown()
+			ev.close()
+			return nil, err
+		}
 	}
 	p := &Peers{self: cfg.Name, ml: ml, ev: ev, giveUp: make(chan struct{}), joinDone: make(chan struct{}),
 		seeds: cfg.Join, port: cfg.BindPort, resolver: cfg.Resolver, log: cfg.Logger, named: cfg.Cluster != "",
-		seedAddrs: ipSeeds(cfg.Join, cfg.BindPort), updateWait: 5 * mc.GossipInterval}
+		seedAddrs: ipSeeds(cfg.Join, cfg.BindPort), updateWait: updateWait}
 	alone := false
 	if len(cfg.Join) > 0 {
 		n, err := p.join()
@@ -144,9 +155,9 @@ func Join(cfg Config, onChange func(*ring.Ring)) (*Peers, error) {
 	return p, nil
 }
 
-// announcesSelf reports whether ml holds itself alive with meta. Only
-// setAlive and UpdateNode write a node's own meta and state, so what this
-// sees after Create stays so.
+// announcesSelf reports whether ml holds itself alive with meta. After
+// Create only UpdateNode writes a node's own meta, and nothing but it
+// makes a dead own entry alive, so what this sees then stays so.
 func announcesSelf(ml *memberlist.Memberlist, self string, meta []byte) bool {
 	for _, n := range ml.Members() { // the alive and suspect ones
 		if n.Name == self {
@@ -154,6 +165,22 @@ func announcesSelf(ml *memberlist.Memberlist, self string, meta []byte) bool {
 		}
 	}
 	return false
+}
+
+// reannounce runs UpdateNode, which puts this node's own entry back with
+// its meta. The entry that the early gossip made is dead, and memberlist
+// drops dead entries when its probe list wraps (from one probe interval
+// after Create): had that happened first, UpdateNode would dereference
+// the missing entry (memberlist v0.7.0 reads it without a check). That
+// state has no repair short of starting again, which the error asks for.
+func reannounce(ml *memberlist.Memberlist, wait time.Duration) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = errors.New("peers: gossip lost this node's own entry before it could announce itself again; start it again")
+		}
+	}()
+	_ = ml.UpdateNode(wait)
+	return nil
 }
 
 // joinAttrs are the log attributes of a join that left the node alone; err
@@ -493,7 +520,7 @@ func (p *Peers) Leave(timeout time.Duration) error {
 	// UpdateNode queues the new meta for gossip, then waits to hear that
 	// it went out. memberlist (v0.7.0, memberlistBroadcast.Finished) tells
 	// that with a send that is dropped when nobody waits yet: a broadcast
-	// sent, or replaced by a refutation, before UpdateNode starts waiting
+	// that reaches its retransmit limit before UpdateNode starts waiting
 	// is never reported, and UpdateNode waits out its whole timeout (seen
 	// under -race: all of Leave's 5 s, then the leave message itself given
 	// 1 ms). Its wait is not what carries the news: pushState hands it to

@@ -337,6 +337,47 @@ func TestLeaveDropsSelf(t *testing.T) {
 	})
 }
 
+// TestLeaveBoundedWithoutGossip: with gossip turned off (Tune may set
+// GossipInterval to 0) the leaving meta goes out only on probes, here a
+// minute apart. Leave still returns once its timeout is spent instead of
+// waiting for them (UpdateNode's wait, five gossip intervals, would be 0:
+// no limit).
+func TestLeaveBoundedWithoutGossip(t *testing.T) {
+	mn := &memNet{}
+	var nodes []*Peers
+	for i := range 2 {
+		name := fmt.Sprintf("n%d", i)
+		var seeds []string
+		if i > 0 {
+			seeds = []string{nodes[0].GossipAddr()}
+		}
+		p, err := Join(Config{
+			Name: name, Join: seeds, Transport: mn.NewTransport(name),
+			Meta: Meta{Peer: "p-" + name + ":1", Weight: 1}, Logger: quietLogger(t), Profile: Local,
+			Tune: func(c *memberlist.Config) {
+				fastTimings(c)
+				c.GossipInterval = 0
+				c.ProbeInterval = time.Minute
+			},
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Shutdown() })
+		nodes = append(nodes, p)
+	}
+	if nodes[1].ml.NumMembers() != 2 {
+		t.Fatalf("n1 sees %d members, want 2", nodes[1].ml.NumMembers())
+	}
+	done := make(chan error, 1)
+	go func() { done <- nodes[1].Leave(200 * time.Millisecond) }()
+	select {
+	case <-done: // an error is expected: the leave message cannot go out either
+	case <-time.After(waitTimeout):
+		t.Fatalf("Leave(200ms) still waiting after %v", waitTimeout)
+	}
+}
+
 func TestRunsAlone(t *testing.T) {
 	n := startNode(t, &memNet{}, "solo", 1)
 	if got := ringString(n.p.Ring()); got != "solo/1" {
