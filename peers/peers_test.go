@@ -344,6 +344,11 @@ func TestLeaveDropsSelf(t *testing.T) {
 // no limit).
 func TestLeaveBoundedWithoutGossip(t *testing.T) {
 	mn := &memNet{}
+	noGossip := func(c *memberlist.Config) {
+		fastTimings(c)
+		c.GossipInterval = 0
+		c.ProbeInterval = time.Minute
+	}
 	var nodes []*Peers
 	for i := range 2 {
 		name := fmt.Sprintf("n%d", i)
@@ -351,20 +356,8 @@ func TestLeaveBoundedWithoutGossip(t *testing.T) {
 		if i > 0 {
 			seeds = []string{nodes[0].GossipAddr()}
 		}
-		p, err := Join(Config{
-			Name: name, Join: seeds, Transport: mn.NewTransport(name),
-			Meta: Meta{Peer: "p-" + name + ":1", Weight: 1}, Logger: quietLogger(t), Profile: Local,
-			Tune: func(c *memberlist.Config) {
-				fastTimings(c)
-				c.GossipInterval = 0
-				c.ProbeInterval = time.Minute
-			},
-		}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Shutdown() })
-		nodes = append(nodes, p)
+		nodes = append(nodes, joinTest(t, Config{Name: name, Join: seeds, Transport: mn.NewTransport(name),
+			Meta: Meta{Peer: "p-" + name + ":1", Weight: 1}, Tune: noGossip}).p)
 	}
 	if nodes[1].ml.NumMembers() != 2 {
 		t.Fatalf("n1 sees %d members, want 2", nodes[1].ml.NumMembers())

@@ -106,12 +106,16 @@ func TestResolveSeeds(t *testing.T) {
 	}
 }
 
-// joinTest starts a node with cfg and the tests' timings and logger, and
-// shuts it down when the test ends.
+// joinTest starts a node with cfg and the tests' timings (fastTimings
+// unless cfg.Tune is set) and logger, and shuts it down when the test
+// ends.
 func joinTest(t *testing.T, cfg Config) *testNode {
 	t.Helper()
 	cfg.Logger = cmp.Or(cfg.Logger, quietLogger(t))
-	cfg.Profile, cfg.Tune = Local, fastTimings
+	cfg.Profile = Local
+	if cfg.Tune == nil {
+		cfg.Tune = fastTimings
+	}
 	rec := &recorder{}
 	p, err := Join(cfg, rec.onChange)
 	if err != nil {
