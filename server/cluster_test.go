@@ -77,7 +77,7 @@ func startNode(t testing.TB, name string, seeds []*testNode, o clusterOpts) *tes
 		}
 	}
 	cfg := Config{
-		Logger:      quietLogger(),
+		Logger:      quietLogger().With("node", name),
 		Origin:      o.origin,
 		IdleTimeout: o.idle,
 		Cluster: &ClusterConfig{
@@ -86,7 +86,7 @@ func startNode(t testing.TB, name string, seeds []*testNode, o clusterOpts) *tes
 				BindAddr: "127.0.0.1",
 				Join:     join,
 				Profile:  peers.Local,
-				Logger:   quietLogger(),
+				Logger:   quietLogger().With("node", name),
 				Tune:     fastGossip,
 				Meta:     peers.Meta{Client: ln.Addr().String(), Peer: pln.Addr().String()},
 			},
@@ -146,7 +146,7 @@ func waitConverged(t testing.TB, nodes []*testNode) {
 			live++
 		}
 	}
-	waitFor(t, func() bool {
+	converged := func() bool {
 		for _, nd := range nodes {
 			if nd.closed {
 				continue
@@ -162,7 +162,23 @@ func waitConverged(t testing.TB, nodes []*testNode) {
 			}
 		}
 		return true
-	})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !converged() {
+		if time.Now().After(deadline) {
+			// Say which node is behind, and how: its ring, or its
+			// hand-off fence.
+			for _, nd := range nodes {
+				if nd.closed {
+					continue
+				}
+				v := nd.srv.cl.view.Load()
+				t.Logf("%s: ring %v, hand-off complete %v", nd.srv.ID(), v.ring.Nodes(), isClosed(v.done))
+			}
+			t.Fatalf("the %d live nodes did not converge within 5s", live)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // countingOrigin serves "value-of-<key>" for keys without "missing" and

@@ -37,8 +37,12 @@ func TestMain(m *testing.M) {
 }
 
 // quietLogger keeps test output readable; failures are reported by the
-// tests themselves.
+// tests themselves. SPILLWAY_TEST_LOG=1 sends every node's log, debug
+// lines included, to stderr instead, to see what led to a failure.
 func quietLogger() *slog.Logger {
+	if os.Getenv("SPILLWAY_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
