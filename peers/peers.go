@@ -485,6 +485,19 @@ func (p *Peers) Meta(id string) (Meta, bool) {
 	return m.meta, true
 }
 
+// Left reports whether gossip saw member id leave gracefully (it
+// announced its leave), and the boot ID (Meta.Boot) of the run that left.
+// A run that left never comes back: a node that returns under the same
+// name is a new run, with a boot ID of its own. Departed members are
+// remembered for a while only (maxDeparted).
+func (p *Peers) Left(id string) (boot string, ok bool) {
+	m, ok := p.ev.cur.Load().nodes[id]
+	if !ok || m.state != stateLeft {
+		return "", false
+	}
+	return m.meta.Boot, true
+}
+
 // Leave tells the cluster this node is going, and waits up to timeout
 // (0: no limit) for the news to go out. The others drop the node from their
 // rings at once instead of waiting for failure detection, and log it as

@@ -277,6 +277,10 @@ func TestDeparture(t *testing.T) {
 				if m := ms[id]; len(ms) != 3 || m == nil || m.state != tt.state {
 					t.Errorf("%s: members %v, want 3 with %s %s", n.p.Self(), ms, id, tt.state)
 				}
+				boot, left := n.p.Left(id)
+				if want := gone.p.ev.selfMeta.Boot; left != tt.leave || left && boot != want {
+					t.Errorf("%s: Left(%s) = %q, %v; want %q, %v", n.p.Self(), id, boot, left, want, tt.leave)
+				}
 			}
 			if err := gone.p.Leave(5 * time.Second); err != ErrClosed {
 				t.Errorf("Leave after Shutdown = %v, want ErrClosed", err)

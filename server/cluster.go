@@ -128,6 +128,7 @@ type membership interface {
 	GossipAddr() string
 	Ring() *ring.Ring
 	Meta(id string) (peers.Meta, bool)
+	Left(id string) (boot string, ok bool)
 	Leave(timeout time.Duration) error
 	Shutdown() error
 }

@@ -37,6 +37,8 @@ type fakeNet struct {
 	// views holds, for a member whose gossip is split off (split), the
 	// members it sees; a member not in it sees all.
 	views map[string]map[string]bool
+	// left holds the boot ID of each member's run that left (Leave).
+	left map[string]string
 }
 
 func newFakeNet() *fakeNet {
@@ -308,8 +310,27 @@ func (m *fakeMember) Meta(id string) (peers.Meta, bool) {
 	return meta, ok
 }
 
-func (m *fakeMember) Leave(time.Duration) error { m.n.drop(m.name); return nil }
-func (m *fakeMember) Shutdown() error           { m.n.drop(m.name); return nil }
+// Left reports a member whose run left gracefully (Leave), as gossip
+// remembers it.
+func (m *fakeMember) Left(id string) (string, bool) {
+	m.n.mu.Lock()
+	defer m.n.mu.Unlock()
+	boot, ok := m.n.left[id]
+	return boot, ok
+}
+
+// Leave drops the member from every ring and remembers its run as left.
+func (m *fakeMember) Leave(time.Duration) error {
+	m.n.mu.Lock()
+	if m.n.left == nil {
+		m.n.left = make(map[string]string)
+	}
+	m.n.left[m.name] = m.meta.Boot
+	m.n.mu.Unlock()
+	m.n.drop(m.name)
+	return nil
+}
+func (m *fakeMember) Shutdown() error { m.n.drop(m.name); return nil }
 
 // startPipeServer runs a single node on n at the address "client" until
 // the test ends.

@@ -182,6 +182,9 @@ func (cl *cluster) settle(v *view) {
 			if b, gone := cl.gone[id]; gone && b == m.Boot {
 				continue // gossip saw it go; the member that named it lags
 			}
+			if b, left := cl.peers.Left(id); left && b == m.Boot {
+				continue // the same, for a run this node never had in its view
+			}
 			if ok, _ := cl.compatible(m); ok {
 				cl.fenced[id] = fenceRecord{meta: m, at: now}
 			}
@@ -229,10 +232,8 @@ func (cl *cluster) answered(id string, reply fenceReply, dead string, sent uint6
 // once it has left the gossip — and routed a third of the keys to it
 // (misses, refused writes) until the fence lapsed, up to FenceTTL and a
 // quarter later. A renewal (or a settle's fence) already sent when the
-// node starts leaving can still land after the member's gossip saw it go,
-// with the same effect: the receiving side does not yet tell a run that
-// left from one declared dead by mistake (the peers package knows; the
-// server does not ask it).
+// node starts leaving can still land after the member's gossip saw it go:
+// the member refuses it (onFence), since a run that left never comes back.
 func (cl *cluster) renewFences() {
 	cl.mu.Lock()
 	if cl.leaving {
@@ -300,6 +301,16 @@ func (cl *cluster) onFence(payload []byte) []byte {
 	defer cl.mu.Unlock()
 	if ok, why := cl.compatible(msg.Meta); !ok {
 		reply.Refused = why
+		b, _ := json.Marshal(reply)
+		return b
+	}
+	if boot, left := cl.peers.Left(msg.ID); left && boot == msg.Meta.Boot {
+		// A fence the sender sent before it started leaving, landing
+		// after gossip here saw it leave: taken, it would be the run's
+		// return (gone, below), and bring a node that has gone back into
+		// this node's view until the fence lapsed. A run that left never
+		// comes back.
+		reply.Refused = "that run of " + msg.ID + " left the cluster"
 		b, _ := json.Marshal(reply)
 		return b
 	}

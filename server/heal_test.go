@@ -744,3 +744,73 @@ func TestLeavingNodeRenewsNoFence(t *testing.T) {
 		}
 	})
 }
+
+// A fence sent just before its node starts leaving, landing after the
+// member's gossip saw the node leave, is refused: a run that left never
+// comes back, and taken for a return the fence would put the node back in
+// the member's view until it lapsed. node2's renewal to node0 is held on
+// the wire while node2 leaves.
+func TestFenceFromRunThatLeftRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var held atomic.Bool
+		writing := make(chan struct{}, 1)
+		n := newFakeNet()
+		var nodes []*fakeNode
+		for i := range 3 {
+			name := fmt.Sprintf("node%d", i)
+			nodes = append(nodes, startFakeNode(t, n, name, func(cfg *Config) {
+				cfg.Cluster.FenceTTL = 2 * time.Minute // renewFences every 30 s
+				if name == "node2" {
+					cfg.Cluster.dial = func(ctx context.Context, addr string) (net.Conn, error) {
+						c, err := n.dial(ctx, addr)
+						if err != nil || addr != "peer:node0" {
+							return c, err
+						}
+						return &heldConn{Conn: c, held: &held, writing: writing}, nil
+					}
+				}
+			}))
+		}
+		settle(t, nodes)
+		leaver := nodes[2].srv.cl
+		leaver.mu.Lock()
+		leaver.unconfirmed["node0"] = true
+		leaver.mu.Unlock()
+		held.Store(true)
+		<-writing // node2's renewal is on its way to node0
+		leaver.leave()
+		if err := leaver.peers.Leave(0); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if nodes[0].srv.cl.view.Load().ring.Has("node2") {
+			t.Fatal("node0's gossip has not seen node2 leave")
+		}
+		time.Sleep(time.Second) // the held fence lands
+		synctest.Wait()
+		for _, nd := range nodes[:2] {
+			if r := nd.srv.cl.view.Load().ring; r.Has("node2") {
+				t.Errorf("%s: the node that left is back in its view: %v", nd.name, r.Nodes())
+			}
+		}
+	})
+}
+
+// heldConn holds each write 100 ms (less than the peer timeout) while
+// held is set, and says so on writing.
+type heldConn struct {
+	net.Conn
+	held    *atomic.Bool
+	writing chan struct{}
+}
+
+func (c *heldConn) Write(b []byte) (int, error) {
+	if c.held.Load() {
+		select {
+		case c.writing <- struct{}{}:
+		default:
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return c.Conn.Write(b)
+}
