@@ -163,22 +163,16 @@ func waitConverged(t testing.TB, nodes []*testNode) {
 		}
 		return true
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !converged() {
-		if time.Now().After(deadline) {
-			// Say which node is behind, and how: its ring, or its
-			// hand-off fence.
-			for _, nd := range nodes {
-				if nd.closed {
-					continue
-				}
+	// On failure, say which node is behind, and how: its ring, or its
+	// hand-off fence.
+	waitForExplained(t, converged, func() {
+		for _, nd := range nodes {
+			if !nd.closed {
 				v := nd.srv.cl.view.Load()
 				t.Logf("%s: ring %v, hand-off complete %v", nd.srv.ID(), v.ring.Nodes(), isClosed(v.done))
 			}
-			t.Fatalf("the %d live nodes did not converge within 5s", live)
 		}
-		time.Sleep(time.Millisecond)
-	}
+	})
 }
 
 // countingOrigin serves "value-of-<key>" for keys without "missing" and

@@ -42,7 +42,8 @@ type fakeNet struct {
 }
 
 func newFakeNet() *fakeNet {
-	return &fakeNet{listeners: make(map[string]*pipeListener), members: make(map[string]*fakeMember)}
+	return &fakeNet{listeners: make(map[string]*pipeListener), members: make(map[string]*fakeMember),
+		left: make(map[string]string)}
 }
 
 // listen opens a listener at addr (any string: the network is fake).
@@ -322,9 +323,6 @@ func (m *fakeMember) Left(id string) (string, bool) {
 // Leave drops the member from every ring and remembers its run as left.
 func (m *fakeMember) Leave(time.Duration) error {
 	m.n.mu.Lock()
-	if m.n.left == nil {
-		m.n.left = make(map[string]string)
-	}
 	m.n.left[m.name] = m.meta.Boot
 	m.n.mu.Unlock()
 	m.n.drop(m.name)

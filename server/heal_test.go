@@ -737,11 +737,7 @@ func TestLeavingNodeRenewsNoFence(t *testing.T) {
 
 		time.Sleep(start.Add(31 * time.Second).Sub(time.Now())) // past node2's renewal
 		synctest.Wait()
-		for _, nd := range nodes[:2] {
-			if r := nd.srv.cl.view.Load().ring; r.Has("node2") {
-				t.Errorf("%s: the node that left is back in its view: %v", nd.name, r.Nodes())
-			}
-		}
+		checkLeftOut(t, nodes[:2], "node2")
 	})
 }
 
@@ -754,24 +750,20 @@ func TestFenceFromRunThatLeftRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var held atomic.Bool
 		writing := make(chan struct{}, 1)
-		n := newFakeNet()
-		var nodes []*fakeNode
-		for i := range 3 {
-			name := fmt.Sprintf("node%d", i)
-			nodes = append(nodes, startFakeNode(t, n, name, func(cfg *Config) {
-				cfg.Cluster.FenceTTL = 2 * time.Minute // renewFences every 30 s
-				if name == "node2" {
-					cfg.Cluster.dial = func(ctx context.Context, addr string) (net.Conn, error) {
-						c, err := n.dial(ctx, addr)
-						if err != nil || addr != "peer:node0" {
-							return c, err
-						}
-						return &heldConn{Conn: c, held: &held, writing: writing}, nil
-					}
+		_, nodes := startFakeCluster(t, 3, func(cfg *Config) {
+			cfg.Cluster.FenceTTL = 2 * time.Minute // renewFences every 30 s
+			if cfg.Cluster.Peers.Name != "node2" {
+				return
+			}
+			dial := cfg.Cluster.dial
+			cfg.Cluster.dial = func(ctx context.Context, addr string) (net.Conn, error) {
+				c, err := dial(ctx, addr)
+				if err != nil || addr != "peer:node0" {
+					return c, err
 				}
-			}))
-		}
-		settle(t, nodes)
+				return &heldConn{Conn: c, held: &held, writing: writing}, nil
+			}
+		})
 		leaver := nodes[2].srv.cl
 		leaver.mu.Lock()
 		leaver.unconfirmed["node0"] = true
@@ -788,12 +780,19 @@ func TestFenceFromRunThatLeftRefused(t *testing.T) {
 		}
 		time.Sleep(time.Second) // the held fence lands
 		synctest.Wait()
-		for _, nd := range nodes[:2] {
-			if r := nd.srv.cl.view.Load().ring; r.Has("node2") {
-				t.Errorf("%s: the node that left is back in its view: %v", nd.name, r.Nodes())
-			}
-		}
+		checkLeftOut(t, nodes[:2], "node2")
 	})
+}
+
+// checkLeftOut fails the test if any of nodes has id, which left, back in
+// its view.
+func checkLeftOut(t *testing.T, nodes []*fakeNode, id string) {
+	t.Helper()
+	for _, nd := range nodes {
+		if r := nd.srv.cl.view.Load().ring; r.Has(id) {
+			t.Errorf("%s: the node that left is back in its view: %v", nd.name, r.Nodes())
+		}
+	}
 }
 
 // heldConn holds each write 100 ms (less than the peer timeout) while

@@ -253,11 +253,18 @@ func (s *Server) busyConns() int {
 }
 
 // waitFor polls cond until it holds or a deadline passes.
-func waitFor(t testing.TB, cond func() bool) {
+func waitFor(t testing.TB, cond func() bool) { waitForExplained(t, cond, nil) }
+
+// waitForExplained is waitFor that calls explain, if not nil, before it
+// fails, to log what was not reached.
+func waitForExplained(t testing.TB, cond func() bool, explain func()) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if explain != nil {
+				explain()
+			}
 			t.Fatal("condition not reached within 5s")
 		}
 		time.Sleep(time.Millisecond)
