@@ -92,7 +92,8 @@ bench-memory: build
 	$(GO) run ./bench/memory -spillway $(BIN) -memcached $$(command -v memcached || echo /usr/bin/memcached)
 
 # Spillway against memcached and twemproxy, the table of issue 12
-# (bench/compare): a node against memcached -t 2, a 3-node cluster against
+# (bench/compare): a node against memcached -t 2 (and bench/floor, the
+# least a Go server does, against it too), a 3-node cluster against
 # nutcracker in front of 3 memcached, all under the same spillway bench
 # load, alternating fresh processes on loopback ports run by run; then
 # libmemcached's memcaslap as a cross-check. Medians of 3 runs x 6 s
@@ -119,7 +120,8 @@ bench-compare: build
 	@command -v perf >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 		apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null 2>&1; } || \
 		echo "WARNING: no perf (Debian's linux-perf): system calls per request will not be counted"
-	$(GO) run ./bench/compare -spillway $(BIN) \
+	$(GO) build -o bin/floor ./bench/floor
+	$(GO) run ./bench/compare -spillway $(BIN) -floor bin/floor \
 		-memcached $$(command -v memcached || echo /usr/bin/memcached) \
 		-nutcracker $$(command -v nutcracker || echo /usr/sbin/nutcracker) \
 		-memcaslap $$(command -v memcaslap || echo /usr/bin/memcaslap) $(COMPARE_FLAGS)

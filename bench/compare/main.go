@@ -7,6 +7,10 @@
 // Spillway...), each run on fresh processes on free loopback ports:
 //
 //   - memcached -t 2 -m 1024 -U 0, against spillway serve -m 1024;
+//   - memcached against bench/floor, a map behind get and set in Go and
+//     nothing else, served with a goroutine per connection (as Spillway
+//     serves) and on epoll loops (as memcached does): how much of a node's
+//     cost per request is Go's, which no work of Spillway's can remove;
 //   - twemproxy (nutcracker, ketama) in front of three such memcached,
 //     against three spillway serve -m 1024 joined into one cluster (ready
 //     once every node's cluster_nodes stat is 3, and the owner grace of
@@ -51,6 +55,7 @@ import (
 
 var (
 	spillwayBin   = flag.String("spillway", "bin/spillway", "Spillway binary")
+	floorBin      = flag.String("floor", "bin/floor", "bench/floor's binary, the Go floor")
 	memcachedBin  = flag.String("memcached", "/usr/bin/memcached", "memcached binary")
 	nutcrackerBin = flag.String("nutcracker", "/usr/sbin/nutcracker", "twemproxy's binary")
 	memcaslapBin  = flag.String("memcaslap", "/usr/bin/memcaslap", "libmemcached's load generator")
@@ -113,8 +118,9 @@ const (
 )
 
 // scenarios are the rows, in the order they run: a single node against
-// memcached, the three-node setups against each other, then memcaslap's.
-func scenarios(mc, sp, tw, cl *setup) []scenario {
+// memcached, the Go floor against memcached, the three-node setups against
+// each other, then memcaslap's.
+func scenarios(mc, sp, tw, cl, fg, fe *setup) []scenario {
 	withBench := func(l load) func(*deployment, string) (sample, error) {
 		return func(d *deployment, dir string) (sample, error) { return runBench(d, l, dir) }
 	}
@@ -124,6 +130,8 @@ func scenarios(mc, sp, tw, cl *setup) []scenario {
 	noMemcaslap := missing(*memcaslapBin, "libmemcached-tools")
 	return []scenario{
 		{"pipeline1", mc, sp, "", withBench(singleLoad)},
+		{"floor-goroutine", mc, fg, "", withBench(singleLoad)},
+		{"floor-epoll", mc, fe, "", withBench(singleLoad)},
 		{"pipeline16", mc, sp, "", withBench(p16Load)},
 		{"latency", mc, sp, "", withBench(fewLoad)},
 		{"cluster", tw, cl, "", withBench(clusterLoad)},
@@ -135,7 +143,7 @@ func scenarios(mc, sp, tw, cl *setup) []scenario {
 
 func scenarioNames() []string {
 	var names []string
-	for _, sc := range scenarios(nil, nil, nil, nil) {
+	for _, sc := range scenarios(nil, nil, nil, nil, nil, nil) {
 		names = append(names, sc.name)
 	}
 	return names
@@ -159,7 +167,7 @@ func run(out io.Writer, dir string) error {
 		}
 	}
 	begin := time.Now()
-	all := scenarios(memcachedSetup(), spillwaySetup(), twemproxySetup(), clusterSetup())
+	all := scenarios(memcachedSetup(), spillwaySetup(), twemproxySetup(), clusterSetup(), floorSetup("goroutine"), floorSetup("epoll"))
 	warned := make(map[string]bool)
 	for _, sc := range all {
 		for _, why := range []string{sc.ref.missing, sc.sw.missing, sc.missing} {

@@ -157,6 +157,15 @@ func printReport(w io.Writer, res results, done []scenario, took time.Duration) 
 	}
 
 	rows = nil
+	row("goroutine per connection (Spillway's way) — ops per server CPU-second", "floor-goroutine", mc, opsPerCPU, num, true)
+	row("epoll loops (memcached's way) — ops per server CPU-second", "floor-epoll", mc, opsPerCPU, num, true)
+	if len(rows) > 0 {
+		fmt.Fprintf(w, "### The Go floor: bench/floor, a map behind get and set and nothing else, under the first row's load\n\n")
+		writeTable(w, []string{"how it serves", "reference", "Go floor", "ratio"}, rows)
+		fmt.Fprintln(w)
+	}
+
+	rows = nil
 	row(fmt.Sprintf("1 node, %d conns — ops/s", memcaslapConns), "memcaslap", "memcached", opsPerSec, num, true)
 	row("same — ops per server CPU-second", "memcaslap", "", opsPerCPU, num, true)
 	row(fmt.Sprintf("%d nodes, %d conns — ops/s", clusterSize, memcaslapClusterConns), "memcaslap-cluster", "twemproxy + 3 memcached", opsPerSec, num, true)

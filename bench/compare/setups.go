@@ -115,6 +115,31 @@ func spillwaySetup() *setup {
 		}}
 }
 
+// floorSetup is bench/floor serving model's way (goroutine or epoll), with
+// as many event loops as memcached has worker threads.
+func floorSetup(model string) *setup {
+	name := map[string]string{"goroutine": "Go floor, goroutine per connection", "epoll": "Go floor, epoll loops"}[model]
+	return &setup{name: name, missing: missing(*floorBin, "`go build -o bin/floor ./bench/floor`"),
+		start: func(string) (*deployment, error) {
+			ports, err := freePorts(1)
+			if err != nil {
+				return nil, err
+			}
+			d := new(deployment)
+			p, err := d.launch("floor", *floorBin, "-model", model, "-loops", "2", "-l", addr(ports[0]))
+			if err != nil {
+				return nil, err
+			}
+			d.nodes = []string{addr(ports[0])}
+			d.entry = d.nodes
+			if err := answersStats(p, d.nodes[0]); err != nil {
+				d.stop()
+				return nil, err
+			}
+			return d, nil
+		}}
+}
+
 // clusterSize is the number of nodes of both cluster setups.
 const clusterSize = 3
 
