@@ -4,10 +4,13 @@ import (
 	"errors"
 	"net"
 	"sync"
+
+	"spillway/internal/rawio"
 )
 
-// goroutines serves a goroutine per connection: read what has come,
-// answer it, write the answers, read again. When nothing has come, Go's
+// goroutines serves a goroutine per connection, as Spillway does: read
+// what has come, answer it, write the answers, read again; raw reads and
+// writes (internal/rawio), as Spillway's. When nothing has come, Go's
 // poller parks the goroutine after a read that returned EAGAIN.
 type goroutines struct {
 	ln net.Listener
@@ -65,7 +68,7 @@ func (g *goroutines) accept() {
 		g.conns[c] = struct{}{}
 		g.wg.Add(1)
 		g.mu.Unlock()
-		go g.serve(c)
+		go g.serve(rawio.Wrap(c))
 	}
 }
 

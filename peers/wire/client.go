@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"spillway/internal/rawio"
 	"spillway/protocol"
 )
 
@@ -68,9 +69,12 @@ type Client struct {
 
 type conn struct {
 	nc net.Conn
-	r  *bufio.Reader
-	w  *bufio.Writer
-	rr protocol.ReplyReader
+	// raw is nc with its reads and writes made raw system calls
+	// (internal/rawio): r, w and the shared connections' writes use it.
+	raw net.Conn
+	r   *bufio.Reader
+	w   *bufio.Writer
+	rr  protocol.ReplyReader
 }
 
 // New returns a client of the peer at cfg.Addr. It dials lazily.
@@ -147,7 +151,8 @@ func (c *Client) dial(timeout time.Duration) (*conn, error) {
 			return nil, err
 		}
 	}
-	pc := &conn{nc: nc, r: bufio.NewReaderSize(nc, 16<<10), w: bufio.NewWriterSize(nc, 16<<10)}
+	raw := rawio.Wrap(nc)
+	pc := &conn{nc: nc, raw: raw, r: bufio.NewReaderSize(raw, 16<<10), w: bufio.NewWriterSize(raw, 16<<10)}
 	pc.rr.MaxValue = c.cfg.MaxValue
 	return pc, nil
 }

@@ -300,7 +300,7 @@ func (mc *muxConn) send(cl *call, key, tag string) bool {
 			mc.writeBy = now.Add(mc.timeout)
 			mc.pc.nc.SetWriteDeadline(mc.writeBy)
 		}
-		_, err := mc.pc.nc.Write(batch)
+		_, err := mc.pc.raw.Write(batch)
 		if err != nil {
 			mc.fail(err)
 		}

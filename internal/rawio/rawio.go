@@ -1,0 +1,34 @@
+// Package rawio reads and writes sockets with raw system calls, out of the
+// Go scheduler's sight.
+//
+// A socket of Go's net package is non-blocking: its read and write return
+// at once, with bytes or with EAGAIN. Go still makes them as calls that
+// might block (entersyscall): if one lasts longer than the runtime's
+// monitor takes to look (20 µs to 10 ms), the monitor gives the thread's
+// P to another thread, waking or starting one, and the thread, once its
+// call returns, finds its P gone and must find another or sleep. On a
+// virtual machine whose system calls and wake-ups are dear, a write to a
+// loopback socket, which also runs the receiver's side of TCP and wakes
+// it, lasts that long often enough to make those hand-offs a large part
+// of a server's context switches. A raw call keeps the P; the net
+// package's poller still parks the goroutine when a call would block
+// (syscall.RawConn), and deadlines and Close work as on the net.Conn.
+//
+// It suits calls that copy what the socket holds or has room for, and no
+// more: reads and writes of a non-blocking socket. bench/floor measured it
+// (goroutine per connection, 50 connections, pipeline 1, a 2-core VM):
+// 8–10 % less CPU per request, context switches from 0.21 to 0.08 per
+// request.
+package rawio
+
+import "net"
+
+// Wrap returns c with Read and Write made raw where it can (a TCP or Unix
+// socket on Linux), else c itself. Everything else — deadlines, Close,
+// addresses — is c's.
+func Wrap(c net.Conn) net.Conn {
+	if w := wrap(c); w != nil {
+		return w
+	}
+	return c
+}

@@ -1,0 +1,158 @@
+package rawio
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// pair is a loopback TCP connection: a wrapped end and the other end.
+func pair(t *testing.T) (wrapped, other net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other = <-accepted
+	if other == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { c.Close(); other.Close() })
+	return Wrap(c), other
+}
+
+func TestWrap(t *testing.T) {
+	w, _ := pair(t)
+	_, raw := w.(*conn)
+	if raw != (runtime.GOOS == "linux") {
+		t.Fatalf("TCP on %s: wrapped %v", runtime.GOOS, raw)
+	}
+	p1, p2 := net.Pipe()
+	defer p1.Close()
+	defer p2.Close()
+	if Wrap(p1) != p1 {
+		t.Fatal("a pipe was wrapped")
+	}
+}
+
+// TestReadWrite holds the wrapped conn to net.Conn's contract: bytes both
+// ways, a write larger than the socket takes at once (it waits for the
+// reader), io.EOF at the end, and errors that say what net's would.
+func TestReadWrite(t *testing.T) {
+	type check func(t *testing.T, w, o net.Conn)
+	cases := map[string]check{
+		"bytes both ways": func(t *testing.T, w, o net.Conn) {
+			if n, err := w.Write([]byte("ping")); n != 4 || err != nil {
+				t.Fatalf("write: %d, %v", n, err)
+			}
+			buf := make([]byte, 8)
+			if _, err := io.ReadFull(o, buf[:4]); err != nil || string(buf[:4]) != "ping" {
+				t.Fatalf("other end read %q, %v", buf[:4], err)
+			}
+			o.Write([]byte("pong"))
+			if n, err := io.ReadFull(w, buf[:4]); n != 4 || err != nil || string(buf[:4]) != "pong" {
+				t.Fatalf("read %q, %v", buf[:n], err)
+			}
+			if n, err := w.Read(nil); n != 0 || err != nil {
+				t.Fatalf("empty read: %d, %v", n, err)
+			}
+		},
+		"a write larger than the socket's buffer": func(t *testing.T, w, o net.Conn) {
+			big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+			got := make(chan []byte)
+			go func() {
+				b, _ := io.ReadAll(io.LimitReader(o, int64(len(big))))
+				got <- b
+			}()
+			if n, err := w.Write(big); n != len(big) || err != nil {
+				t.Fatalf("write: %d, %v", n, err)
+			}
+			if !bytes.Equal(<-got, big) {
+				t.Fatal("the other end read other bytes")
+			}
+		},
+		"end of stream": func(t *testing.T, w, o net.Conn) {
+			o.Close()
+			if n, err := w.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+				t.Fatalf("read: %d, %v; want io.EOF", n, err)
+			}
+		},
+		"read deadline": func(t *testing.T, w, o net.Conn) {
+			w.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+			_, err := w.Read(make([]byte, 8))
+			var ne net.Error
+			if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatalf("read: %v; want a timeout", err)
+			}
+		},
+		"write deadline": func(t *testing.T, w, o net.Conn) {
+			w.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+			n, err := w.Write(make([]byte, 64<<20)) // the other end reads none
+			if !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 || n == 64<<20 {
+				t.Fatalf("write: %d, %v; want part written, then a timeout", n, err)
+			}
+		},
+		"closed": func(t *testing.T, w, o net.Conn) {
+			w.Close()
+			if _, err := w.Read(make([]byte, 8)); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("read: %v; want net.ErrClosed", err)
+			}
+			if _, err := w.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("write: %v; want net.ErrClosed", err)
+			}
+		},
+		"Close unblocks a read": func(t *testing.T, w, o net.Conn) {
+			done := make(chan error)
+			go func() {
+				_, err := w.Read(make([]byte, 8))
+				done <- err
+			}()
+			// The read is parked or about to be: either way Close
+			// ends it.
+			time.AfterFunc(10*time.Millisecond, func() { w.Close() })
+			if err := <-done; !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("read: %v; want net.ErrClosed", err)
+			}
+		},
+		"reset by the other end": func(t *testing.T, w, o net.Conn) {
+			o.(*net.TCPConn).SetLinger(0)
+			o.Close() // an RST
+			deadline := time.Now().Add(5 * time.Second)
+			var err error
+			for err == nil && time.Now().Before(deadline) {
+				_, err = w.Write([]byte("x"))
+			}
+			var oe *net.OpError
+			if !errors.As(err, &oe) || oe.Op != "write" ||
+				!(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+				t.Fatalf("write: %v; want a *net.OpError with ECONNRESET or EPIPE", err)
+			}
+		},
+	}
+	for name, f := range cases {
+		t.Run(name, func(t *testing.T) {
+			w, o := pair(t)
+			f(t, w, o)
+		})
+	}
+}
