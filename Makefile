@@ -49,6 +49,9 @@ test-deps:
 
 test: test-deps vet
 	$(GO) test -race -timeout 9m ./...
+	@# The allocation counts skip under the race detector, which allocates:
+	@# run them once without it.
+	$(GO) test -count=1 -run '^(TestHotPathAllocs|TestHotPathAllocsCluster|TestNoAllocations)$$' ./server/ ./internal/rawio/
 
 # The history checker (issue 9) in its long form: every scenario (steady,
 # join, leave, crash and restart, rolling restart, flush_all, join with views

@@ -35,6 +35,9 @@ type epoll struct {
 	loops []*loop
 	next  int // the loop the next connection goes to; the first loop's
 	wg    sync.WaitGroup
+
+	mu  sync.Mutex
+	fds map[int32]struct{} // guarded by mu: the connections open, for Close
 }
 
 // loop is one event loop.
@@ -69,7 +72,7 @@ func serveEpoll(addr string, loops int) (_ server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &epoll{h: newHandler(), lfd: -1}
+	e := &epoll{h: newHandler(), lfd: -1, fds: make(map[int32]struct{})}
 	defer func() {
 		if err != nil {
 			e.closeFDs()
@@ -134,14 +137,18 @@ func serveEpoll(addr string, loops int) (_ server, err error) {
 
 func (e *epoll) Addr() net.Addr { return e.addr }
 
-// Close stops the loops, which close their connections, and closes the
-// listening socket.
+// Close stops the loops, then closes every connection (those that never
+// sent a byte, which no loop has met yet, included) and the listening
+// socket.
 func (e *epoll) Close() error {
 	one := [8]byte{1}
 	for _, l := range e.loops {
 		unix.Write(l.wake, one[:])
 	}
 	e.wg.Wait()
+	for fd := range e.fds {
+		unix.Close(int(fd))
+	}
 	e.closeFDs()
 	return nil
 }
@@ -163,6 +170,9 @@ func (l *loop) add(fd int) error {
 	return unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)})
 }
 
+// waitMillis bounds a loop's wait (rawWait).
+const waitMillis = 10
+
 func (l *loop) run() {
 	defer l.e.wg.Done()
 	// The loop keeps its thread: every wait and every call of a turn
@@ -181,10 +191,7 @@ func (l *loop) run() {
 		for _, ev := range events[:n] {
 			switch int(ev.Fd) {
 			case l.wake:
-				for fd := range l.conns {
-					unix.Close(int(fd))
-				}
-				return
+				return // Close closes the connections
 			case l.e.lfd:
 				l.e.accept()
 			default:
@@ -208,8 +215,11 @@ func (e *epoll) accept() {
 		// A loop learns of its connection at its first event: the
 		// map is the loop's own, and a new fd number cannot be one of
 		// its live connections (closed ones are deleted before close).
+		e.mu.Lock()
+		e.fds[int32(fd)] = struct{}{}
+		e.mu.Unlock()
 		if err := l.add(fd); err != nil {
-			unix.Close(fd)
+			l.drop(int32(fd))
 			continue
 		}
 		e.h.n.conns.Add(1)
@@ -223,15 +233,13 @@ func (l *loop) ready(fd int32, events uint32) {
 		c = &econn{in: make([]byte, 16<<10), out: make([]byte, 0, 16<<10)}
 		l.conns[fd] = c
 	}
-	if events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 && c.sent < len(c.out) {
+	if c.sent < len(c.out) {
 		// Waiting to write: the rest of the answers first, reading
 		// nothing meanwhile (a client that does not read its answers
-		// is not sent more).
-		if !l.flush(fd, c) {
-			return
+		// is not sent more), then the requests read and not answered.
+		if events&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 && l.flush(fd, c) {
+			l.answer(fd, c)
 		}
-	}
-	if c.sent < len(c.out) {
 		return
 	}
 	if c.have == len(c.in) {
@@ -246,10 +254,20 @@ func (l *loop) ready(fd int32, events uint32) {
 		return
 	}
 	c.have += r
-	used, out, quit := l.e.h.handle(c.in[:c.have], c.out[:0])
-	c.out, c.sent, c.quit = out, 0, quit
-	c.have = copy(c.in, c.in[used:c.have])
-	l.flush(fd, c)
+	l.answer(fd, c)
+}
+
+// answer answers what c has read, maxOut bytes of answers at a time,
+// until all is answered or the socket has no room for more.
+func (l *loop) answer(fd int32, c *econn) {
+	for {
+		used, out, quit := l.e.h.handle(c.in[:c.have], c.out[:0])
+		c.out, c.sent, c.quit = out, 0, quit
+		c.have = copy(c.in, c.in[used:c.have])
+		if !l.flush(fd, c) || len(out) < maxOut {
+			return
+		}
+	}
 }
 
 // flush writes c's answers; if the socket takes only part, it waits for
@@ -286,8 +304,16 @@ func (l *loop) flush(fd int32, c *econn) bool {
 func (l *loop) drop(fd int32) {
 	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 	delete(l.conns, fd)
-	unix.Close(int(fd))
-	l.e.h.n.conns.Add(^uint64(0))
+	// Out of fds before the close: once closed, its number may be
+	// accepted again.
+	l.e.mu.Lock()
+	_, open := l.e.fds[fd]
+	delete(l.e.fds, fd)
+	l.e.mu.Unlock()
+	if open {
+		unix.Close(int(fd))
+		l.e.h.n.conns.Add(^uint64(0))
+	}
 }
 
 // rawIO reads or writes b on the non-blocking fd with a raw system call.
@@ -302,9 +328,14 @@ func rawIO(trap uintptr, fd int32, b []byte) (int, error) {
 	return int(n), nil
 }
 
-// rawWait waits for events on epfd with a raw system call (see epoll).
+// rawWait waits for events on epfd with a raw system call (see epoll),
+// at most waitMillis: the runtime stops a loop that holds its P with a
+// signal, which ends the wait, but not with asynchronous preemption
+// turned off (GODEBUG=asyncpreemptoff=1); then a garbage collection
+// would wait for a loop's next event, forever on an idle server, were
+// the wait not bounded.
 func rawWait(epfd int, events []unix.EpollEvent) (int, error) {
-	n, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), ^uintptr(0), 0, 0)
+	n, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), waitMillis, 0, 0)
 	if errno != 0 {
 		return 0, errno
 	}

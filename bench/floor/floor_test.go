@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -19,12 +20,86 @@ var models = []string{"goroutine", "epoll"}
 // startFloor serves model on a free loopback port until the test ends.
 func startFloor(t *testing.T, model string) string {
 	t.Helper()
+	srv := startServer(t, model)
+	t.Cleanup(func() { srv.Close() })
+	return srv.Addr().String()
+}
+
+func startServer(t *testing.T, model string) server {
+	t.Helper()
 	srv, err := start(model, "127.0.0.1:0", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { srv.Close() })
-	return srv.Addr().String()
+	return srv
+}
+
+// TestCloseEndsConnections: Close ends every connection, one that never
+// sent a byte and one that has.
+func TestCloseEndsConnections(t *testing.T) {
+	for _, model := range models {
+		t.Run(model, func(t *testing.T) {
+			srv := startServer(t, model)
+			var conns []net.Conn
+			for i := range 2 {
+				c, err := net.Dial("tcp", srv.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if i == 1 {
+					io.WriteString(c, "version\r\n")
+					if got := readN(t, c, len("VERSION floor\r\n")); got != "VERSION floor\r\n" {
+						t.Fatalf("got %q", got)
+					}
+				}
+				conns = append(conns, c)
+			}
+			srv.Close()
+			for i, c := range conns {
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+					t.Errorf("connection %d after Close: %d, %v; want io.EOF", i, n, err)
+				}
+			}
+		})
+	}
+}
+
+// TestGoroutinesForgetClosedConnections: a connection that ends leaves
+// the goroutine model's set of connections to close.
+func TestGoroutinesForgetClosedConnections(t *testing.T) {
+	srv := startServer(t, "goroutine")
+	defer srv.Close()
+	g := srv.(*goroutines)
+	for range 10 {
+		if got := exchange(t, srv.Addr().String(), "version\r\n"); got != "VERSION floor\r\n" {
+			t.Fatalf("got %q", got)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		g.mu.Lock()
+		n := len(g.conns)
+		g.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d closed connections still in the set", n)
+		}
+		runtime.Gosched()
+	}
+}
+
+func readN(t *testing.T, c net.Conn, n int) string {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c, b); err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // exchange writes req on a new connection, closes its side and reads
@@ -90,7 +165,7 @@ func TestClient(t *testing.T) {
 			addr := startFloor(t, model)
 			mc := memcache.New(addr)
 			defer mc.Close()
-			big := strings.Repeat("v", 100<<10)
+			big := strings.Repeat("v", 60<<10) // more than a connection's first buffer
 			for i, v := range []string{"small", big} {
 				key := "key" + string(rune('a'+i))
 				if err := mc.Set(&memcache.Item{Key: key, Value: []byte(v), Flags: 7}); err != nil {

@@ -59,6 +59,7 @@ func (g *goroutines) accept() {
 		if err != nil {
 			continue // out of file descriptors, say: the next may work
 		}
+		c = rawio.Wrap(c) // the map holds what serve deletes
 		g.mu.Lock()
 		if g.closed { // accepted as Close ran
 			g.mu.Unlock()
@@ -68,7 +69,7 @@ func (g *goroutines) accept() {
 		g.conns[c] = struct{}{}
 		g.wg.Add(1)
 		g.mu.Unlock()
-		go g.serve(rawio.Wrap(c))
+		go g.serve(c)
 	}
 }
 
@@ -94,16 +95,22 @@ func (g *goroutines) serve(c net.Conn) {
 			return
 		}
 		have += n
-		used, o, quit := g.h.handle(in[:have], out[:0])
-		out = o
-		if len(out) > 0 {
-			if _, err := c.Write(out); err != nil {
+		// Answer what came, maxOut bytes of answers at a time.
+		for {
+			used, o, quit := g.h.handle(in[:have], out[:0])
+			out = o
+			if len(out) > 0 {
+				if _, err := c.Write(out); err != nil {
+					return
+				}
+			}
+			if quit {
 				return
 			}
+			have = copy(in, in[used:have])
+			if len(out) < maxOut {
+				break // all answered; what is left is not a whole request
+			}
 		}
-		if quit {
-			return
-		}
-		have = copy(in, in[used:have])
 	}
 }

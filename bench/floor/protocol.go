@@ -12,12 +12,16 @@ import (
 	"time"
 )
 
-// Limits, memcached's defaults: a command line without its newline may
-// not grow past maxLine, a value past maxValue.
+// Limits: a command line without its newline may not grow past maxLine,
+// a key past maxKey (memcached's), a value past maxValue (a floor for
+// small values: one get line of a thousand keys then answers at most
+// 64 MiB). handle stops at maxOut bytes of answers, to be written before
+// it answers more.
 const (
 	maxLine  = 2048
 	maxKey   = 250
-	maxValue = 1 << 20
+	maxValue = 64 << 10
+	maxOut   = 64 << 10
 )
 
 // item is a stored value and the flags it was set with.
@@ -67,11 +71,12 @@ func newHandler() *handler {
 	return &handler{st: newStore(), n: &counters{started: time.Now()}}
 }
 
-// handle answers every whole request in in, appending the replies to out.
-// It returns the bytes of in it used, and quit when the connection must
-// close once out is written (quit, or a request that cannot be framed).
+// handle answers the whole requests in in, appending the replies to out,
+// until none is left or out holds maxOut bytes. It returns the bytes of in
+// it used, and quit when the connection must close once out is written
+// (quit, or a request that cannot be framed).
 func (h *handler) handle(in, out []byte) (used int, _ []byte, quit bool) {
-	for {
+	for len(out) < maxOut {
 		rest := in[used:]
 		nl := bytes.IndexByte(rest, '\n')
 		if nl < 0 {
@@ -110,6 +115,7 @@ func (h *handler) handle(in, out []byte) (used int, _ []byte, quit bool) {
 		}
 		used += nl + 1
 	}
+	return used, out, false
 }
 
 // get answers get, or gets with withCAS.
@@ -164,6 +170,8 @@ func (h *handler) set(out, args, block []byte) (n int, _ []byte, ok bool) {
 	_, err2 := strconv.ParseInt(string(f[2]), 10, 64)
 	size, err3 := strconv.ParseUint(string(f[3]), 10, 31)
 	if len(f[0]) > maxKey || err1 != nil || err2 != nil || err3 != nil || size > maxValue {
+		// memcached answers a value too large with SERVER_ERROR and
+		// skips it; the floor has no need to, and closes.
 		return 0, append(out, "CLIENT_ERROR bad command line format\r\n"...), false
 	}
 	if uint64(len(block)) < size+2 {

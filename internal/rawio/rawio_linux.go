@@ -1,32 +1,63 @@
 package rawio
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // conn is a net.Conn whose Read and Write are raw.
+//
+// The functions RawConn calls are made once, in wrap, and take their
+// buffers and give their results through the conn (under rmu and wmu:
+// net.Conn allows concurrent Reads, and concurrent Writes): a closure per
+// call would be two allocations per Read and per Write.
 type conn struct {
 	net.Conn
 	rc syscall.RawConn
+
+	rmu    sync.Mutex
+	rbuf   []byte        // guarded by rmu: Read's buffer
+	rn     int           // guarded by rmu: what the read returned
+	rerr   syscall.Errno // guarded by rmu
+	readFn func(fd uintptr) bool
+
+	wmu     sync.Mutex
+	wbuf    []byte        // guarded by wmu: what is left to write
+	wn      int           // guarded by wmu: bytes written
+	werr    syscall.Errno // guarded by wmu
+	writeFn func(fd uintptr) bool
 }
 
-func wrap(c net.Conn) net.Conn {
-	switch c.(type) {
+func wrap(nc net.Conn) net.Conn {
+	switch nc.(type) {
 	case *net.TCPConn, *net.UnixConn:
 	default:
 		return nil // TLS, pipes, test doubles: theirs are not a socket's calls
 	}
-	rc, err := c.(syscall.Conn).SyscallConn()
+	rc, err := nc.(syscall.Conn).SyscallConn()
 	if err != nil {
 		return nil
 	}
-	return &conn{Conn: c, rc: rc}
+	// A raw call must never block: only a non-blocking stream socket
+	// (a datagram's empty read is not the end of a stream).
+	ok := false
+	rc.Control(func(fd uintptr) {
+		fl, err1 := unix.FcntlInt(fd, unix.F_GETFL, 0)
+		typ, err2 := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TYPE)
+		ok = err1 == nil && err2 == nil && fl&unix.O_NONBLOCK != 0 && typ == unix.SOCK_STREAM
+	})
+	if !ok {
+		return nil
+	}
+	c := &conn{Conn: nc, rc: rc}
+	c.readFn, c.writeFn = c.readOnce, c.writeAll
+	return c
 }
 
 // Read reads as net.Conn's Read does: at least one byte, io.EOF at the
@@ -35,21 +66,12 @@ func (c *conn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-			switch e {
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				return false // the poller parks the goroutine until there is more
-			}
-			n, errno = int(r), e
-			return true
-		}
-	})
+	c.rmu.Lock()
+	c.rbuf, c.rn, c.rerr = b, 0, 0
+	err := c.rc.Read(c.readFn)
+	n, errno := c.rn, c.rerr
+	c.rbuf = nil
+	c.rmu.Unlock()
 	switch {
 	case err != nil:
 		return 0, c.opError("read", err)
@@ -61,35 +83,65 @@ func (c *conn) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-// Write writes all of b, or fails as net.Conn's Write does.
-func (c *conn) Write(b []byte) (int, error) {
-	done := 0
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for done < len(b) {
-			r, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[done])), uintptr(len(b)-done))
-			switch e {
-			case 0:
-				done += int(r)
-			case unix.EINTR:
-			case unix.EAGAIN:
-				return false // no room: the poller parks the goroutine until there is
-			default:
-				errno = e
-				return true
-			}
+// readOnce reads once into rbuf, or reports false for the poller to wait
+// for more.
+func (c *conn) readOnce(fd uintptr) bool {
+	for {
+		n, e := read(fd, c.rbuf)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
 		}
+		c.rn, c.rerr = n, e
 		return true
-	})
-	switch {
-	case err != nil:
-		return done, c.opError("write", err)
-	case errno != 0:
-		return done, c.opError("write", os.NewSyscallError("write", errno))
 	}
-	return done, nil
 }
 
+// Write writes all of b, or fails as net.Conn's Write does.
+func (c *conn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	c.wbuf, c.wn, c.werr = b, 0, 0
+	err := c.rc.Write(c.writeFn)
+	n, errno := c.wn, c.werr
+	c.wbuf = nil
+	c.wmu.Unlock()
+	switch {
+	case err != nil:
+		return n, c.opError("write", err)
+	case errno != 0:
+		return n, c.opError("write", os.NewSyscallError("write", errno))
+	}
+	return n, nil
+}
+
+// writeAll writes what is left of wbuf, or reports false for the poller
+// to wait for room.
+func (c *conn) writeAll(fd uintptr) bool {
+	for c.wn < len(c.wbuf) {
+		n, e := write(fd, c.wbuf[c.wn:])
+		switch e {
+		case 0:
+			c.wn += n
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false
+		default:
+			c.werr = e
+			return true
+		}
+	}
+	return true
+}
+
+// opError is err as net's Read and Write report it. An error of the
+// RawConn itself (closed, deadline) is already a *net.OpError, of its
+// "raw-read" or "raw-write": it is renamed, not wrapped again.
 func (c *conn) opError(op string, err error) error {
+	if oe, ok := errors.AsType[*net.OpError](err); ok {
+		oe.Op = op
+		return oe
+	}
 	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }

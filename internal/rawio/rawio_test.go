@@ -37,6 +37,9 @@ func pair(t *testing.T) (wrapped, other net.Conn) {
 	if other == nil {
 		t.Fatal("accept failed")
 	}
+	// A small send buffer: a write of MiBs fills it again and again, so
+	// that a test's large write waits for room.
+	c.(*net.TCPConn).SetWriteBuffer(8 << 10)
 	t.Cleanup(func() { c.Close(); other.Close() })
 	return Wrap(c), other
 }
@@ -78,7 +81,7 @@ func TestReadWrite(t *testing.T) {
 			}
 		},
 		"a write larger than the socket's buffer": func(t *testing.T, w, o net.Conn) {
-			big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+			big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
 			got := make(chan []byte)
 			go func() {
 				b, _ := io.ReadAll(io.LimitReader(o, int64(len(big))))
@@ -106,8 +109,9 @@ func TestReadWrite(t *testing.T) {
 			}
 		},
 		"write deadline": func(t *testing.T, w, o net.Conn) {
+			big := make([]byte, 16<<20) // made before the deadline starts
 			w.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-			n, err := w.Write(make([]byte, 64<<20)) // the other end reads none
+			n, err := w.Write(big) // the other end reads none
 			if !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 || n == 64<<20 {
 				t.Fatalf("write: %d, %v; want part written, then a timeout", n, err)
 			}
@@ -134,7 +138,24 @@ func TestReadWrite(t *testing.T) {
 				t.Fatalf("read: %v; want net.ErrClosed", err)
 			}
 		},
-		"reset by the other end": func(t *testing.T, w, o net.Conn) {
+		"a read reset by the other end": func(t *testing.T, w, o net.Conn) {
+			o.(*net.TCPConn).SetLinger(0)
+			o.Close() // an RST
+			_, err := w.Read(make([]byte, 8))
+			var oe *net.OpError
+			if !errors.As(err, &oe) || oe.Op != "read" || !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("read: %v; want a *net.OpError with ECONNRESET", err)
+			}
+		},
+		"a deadline's error is net's, not wrapped twice": func(t *testing.T, w, o net.Conn) {
+			w.SetReadDeadline(time.Now().Add(-time.Second))
+			_, err := w.Read(make([]byte, 8))
+			oe, ok := err.(*net.OpError)
+			if !ok || oe.Op != "read" || oe.Err != os.ErrDeadlineExceeded {
+				t.Fatalf("read: %#v; want *net.OpError{Op: read, Err: os.ErrDeadlineExceeded}", err)
+			}
+		},
+		"a write reset by the other end": func(t *testing.T, w, o net.Conn) {
 			o.(*net.TCPConn).SetLinger(0)
 			o.Close() // an RST
 			deadline := time.Now().Add(5 * time.Second)
@@ -154,5 +175,44 @@ func TestReadWrite(t *testing.T) {
 			w, o := pair(t)
 			f(t, w, o)
 		})
+	}
+}
+
+// TestNoAllocations: a Read and a Write that succeed allocate nothing, as
+// net.Conn's do; the server's hot paths count on it.
+func TestNoAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	w, o := pair(t)
+	msg, buf := []byte("0123456789"), make([]byte, 10)
+	if n := testing.AllocsPerRun(200, func() {
+		if _, err := w.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(o, buf); err != nil {
+			t.Fatal(err)
+		}
+		o.Write(msg)
+		if _, err := io.ReadFull(w, buf); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("%.1f allocations per write and read, want 0", n)
+	}
+}
+
+// TestDatagramNotWrapped: a datagram socket's empty read is not the end
+// of a stream, so only stream sockets are made raw.
+func TestDatagramNotWrapped(t *testing.T) {
+	dir := t.TempDir()
+	addr := &net.UnixAddr{Name: dir + "/s", Net: "unixgram"}
+	c, err := net.ListenUnixgram("unixgram", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if Wrap(c) != net.Conn(c) {
+		t.Fatal("a unixgram socket was wrapped")
 	}
 }
