@@ -95,24 +95,9 @@ func memcachedSetup() *setup {
 
 func spillwaySetup() *setup {
 	return &setup{name: "Spillway", missing: missing(*spillwayBin, "`make build`"),
-		start: func(string) (*deployment, error) {
-			ports, err := freePorts(1)
-			if err != nil {
-				return nil, err
-			}
-			d := &deployment{spillway: true}
-			p, err := d.launch("spillway", *spillwayBin, "serve", "-l", addr(ports[0]), "-m", "1024")
-			if err != nil {
-				return nil, err
-			}
-			d.nodes = []string{addr(ports[0])}
-			d.entry = d.nodes
-			if err := answersStats(p, d.nodes[0]); err != nil {
-				d.stop()
-				return nil, err
-			}
-			return d, nil
-		}}
+		start: oneProcess("spillway", true, *spillwayBin, func(listen string) []string {
+			return []string{"serve", "-l", listen, "-m", "1024"}
+		})}
 }
 
 // floorSetup is bench/floor serving model's way (goroutine or epoll), with
@@ -120,24 +105,33 @@ func spillwaySetup() *setup {
 func floorSetup(model string) *setup {
 	name := map[string]string{"goroutine": "Go floor, goroutine per connection", "epoll": "Go floor, epoll loops"}[model]
 	return &setup{name: name, missing: missing(*floorBin, "`go build -o bin/floor ./bench/floor`"),
-		start: func(string) (*deployment, error) {
-			ports, err := freePorts(1)
-			if err != nil {
-				return nil, err
-			}
-			d := new(deployment)
-			p, err := d.launch("floor", *floorBin, "-model", model, "-loops", "2", "-l", addr(ports[0]))
-			if err != nil {
-				return nil, err
-			}
-			d.nodes = []string{addr(ports[0])}
-			d.entry = d.nodes
-			if err := answersStats(p, d.nodes[0]); err != nil {
-				d.stop()
-				return nil, err
-			}
-			return d, nil
-		}}
+		start: oneProcess("floor", false, *floorBin, func(listen string) []string {
+			return []string{"-model", model, "-loops", "2", "-l", listen}
+		})}
+}
+
+// oneProcess starts a setup of one server: bin, with the arguments args
+// makes of its listening address, on a free port (spillway: the server is
+// Spillway, see deployment); the setup is ready once it answers stats.
+func oneProcess(label string, spillway bool, bin string, args func(listen string) []string) func(string) (*deployment, error) {
+	return func(string) (*deployment, error) {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		d := &deployment{spillway: spillway}
+		p, err := d.launch(label, bin, args(addr(ports[0]))...)
+		if err != nil {
+			return nil, err
+		}
+		d.nodes = []string{addr(ports[0])}
+		d.entry = d.nodes
+		if err := answersStats(p, d.nodes[0]); err != nil {
+			d.stop()
+			return nil, err
+		}
+		return d, nil
+	}
 }
 
 // clusterSize is the number of nodes of both cluster setups.

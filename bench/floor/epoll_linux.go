@@ -218,11 +218,15 @@ func (e *epoll) accept() {
 		e.mu.Lock()
 		e.fds[int32(fd)] = struct{}{}
 		e.mu.Unlock()
+		e.h.n.conns.Add(1) // before the loop can see it, and drop it
 		if err := l.add(fd); err != nil {
-			l.drop(int32(fd))
-			continue
+			// Not l.drop: that is for l's own thread.
+			e.mu.Lock()
+			delete(e.fds, int32(fd))
+			e.mu.Unlock()
+			unix.Close(fd)
+			e.h.n.conns.Add(^uint64(0))
 		}
-		e.h.n.conns.Add(1)
 	}
 }
 

@@ -64,6 +64,10 @@ func wrap(nc net.Conn) net.Conn {
 // end, errors as *net.OpError.
 func (c *conn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
+		// Nothing to read, but a closed conn says so, as net's does.
+		if err := c.rc.Control(noop); err != nil {
+			return 0, c.opError("read", err)
+		}
 		return 0, nil
 	}
 	c.rmu.Lock()
@@ -82,6 +86,8 @@ func (c *conn) Read(b []byte) (int, error) {
 	}
 	return n, nil
 }
+
+func noop(uintptr) {}
 
 // readOnce reads once into rbuf, or reports false for the poller to wait
 // for more.
