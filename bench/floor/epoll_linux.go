@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"spillway/internal/rawio"
 )
 
 // epoll serves connections on event loops, memcached's way: each loop has
@@ -249,11 +251,11 @@ func (l *loop) ready(fd int32, events uint32) {
 	if c.have == len(c.in) {
 		c.in = append(c.in, make([]byte, len(c.in))...) // a value larger than the buffer
 	}
-	r, err := rawIO(unix.SYS_READ, fd, c.in[c.have:])
-	if err == unix.EAGAIN {
+	r, errno := rawio.ReadFD(uintptr(fd), c.in[c.have:])
+	if errno == unix.EAGAIN {
 		return
 	}
-	if err != nil || r == 0 {
+	if errno != 0 || r == 0 {
 		l.drop(fd)
 		return
 	}
@@ -279,15 +281,15 @@ func (l *loop) answer(fd int32, c *econn) {
 // open with everything written.
 func (l *loop) flush(fd int32, c *econn) bool {
 	for c.sent < len(c.out) {
-		w, err := rawIO(unix.SYS_WRITE, fd, c.out[c.sent:])
-		if err == unix.EAGAIN {
+		w, errno := rawio.WriteFD(uintptr(fd), c.out[c.sent:])
+		if errno == unix.EAGAIN {
 			if !c.blocked {
 				c.blocked = true
 				unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, int(fd), &unix.EpollEvent{Events: unix.EPOLLOUT, Fd: fd})
 			}
 			return false
 		}
-		if err != nil {
+		if errno != 0 {
 			l.drop(fd)
 			return false
 		}
@@ -318,18 +320,6 @@ func (l *loop) drop(fd int32) {
 		unix.Close(int(fd))
 		l.e.h.n.conns.Add(^uint64(0))
 	}
-}
-
-// rawIO reads or writes b on the non-blocking fd with a raw system call.
-func rawIO(trap uintptr, fd int32, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	n, _, errno := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(n), nil
 }
 
 // rawWait waits for events on epfd with a raw system call (see epoll),

@@ -93,7 +93,7 @@ func noop(uintptr) {}
 // for more.
 func (c *conn) readOnce(fd uintptr) bool {
 	for {
-		n, e := read(fd, c.rbuf)
+		n, e := ReadFD(fd, c.rbuf)
 		switch e {
 		case unix.EINTR:
 			continue
@@ -126,7 +126,7 @@ func (c *conn) Write(b []byte) (int, error) {
 // to wait for room.
 func (c *conn) writeAll(fd uintptr) bool {
 	for c.wn < len(c.wbuf) {
-		n, e := write(fd, c.wbuf[c.wn:])
+		n, e := WriteFD(fd, c.wbuf[c.wn:])
 		switch e {
 		case 0:
 			c.wn += n

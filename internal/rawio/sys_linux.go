@@ -9,14 +9,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// read and write are the raw calls: fd is non-blocking, so neither
-// waits, and the scheduler need not know of them.
-func read(fd uintptr, b []byte) (int, syscall.Errno) {
+// ReadFD and WriteFD are the raw calls, for a non-blocking fd (neither
+// waits, so the scheduler need not know of them) and a b that is not
+// empty. bench/floor's event loops make theirs with them too.
+func ReadFD(fd uintptr, b []byte) (int, syscall.Errno) {
 	n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 	return int(n), e
 }
 
-func write(fd uintptr, b []byte) (int, syscall.Errno) {
+func WriteFD(fd uintptr, b []byte) (int, syscall.Errno) {
 	n, _, e := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 	return int(n), e
 }

@@ -4,16 +4,16 @@ package rawio
 
 import "syscall"
 
-// Under the race detector (and the sanitizers) read and write are
+// Under the race detector (and the sanitizers) ReadFD and WriteFD are
 // syscall's: those tell the detector what the kernel wrote and read, and
 // that a write happens before the read that sees its bytes, which a raw
 // call does not. The code around them, all that rawio adds, is the same.
-func read(fd uintptr, b []byte) (int, syscall.Errno) {
+func ReadFD(fd uintptr, b []byte) (int, syscall.Errno) {
 	n, err := syscall.Read(int(fd), b)
 	return max(n, 0), errno(err)
 }
 
-func write(fd uintptr, b []byte) (int, syscall.Errno) {
+func WriteFD(fd uintptr, b []byte) (int, syscall.Errno) {
 	n, err := syscall.Write(int(fd), b)
 	return max(n, 0), errno(err)
 }
