@@ -14,8 +14,16 @@
 // package's poller still parks the goroutine when a call would block
 // (syscall.RawConn), and deadlines and Close work as on the net.Conn.
 //
+// A call that might block also wakes the monitor. When every P of the
+// process is idle, which a node between requests often is, the monitor
+// sleeps until the next timer; the first such call after that wakes it
+// and sets it looking every 20 µs again, 50 times before it slows down.
+// One such call per forwarded write (the peer client's check of a pooled
+// connection, PeekFD) made the monitor's sleeps 43 % of a 3-node
+// cluster's context switches under writes (README, "Raw socket calls").
+//
 // It suits calls that copy what the socket holds or has room for, and no
-// more: reads and writes of a non-blocking socket. On a 2-core VM, 50
+// more: reads, writes and peeks of a non-blocking socket. On a 2-core VM, 50
 // connections at pipeline 1, it took a Spillway node's CPU per request
 // down by 2 to 11 % and its context switches from 0.18 to 0.06–0.15 per
 // request (README, "Raw socket calls").

@@ -249,3 +249,47 @@ func TestDatagramNotWrapped(t *testing.T) {
 		t.Fatal("a unixgram socket was wrapped")
 	}
 }
+
+// TestPeekFD: a peek shows what there is to read and leaves it there,
+// says EAGAIN rather than wait when there is nothing, and 0 at the end.
+func TestPeekFD(t *testing.T) {
+	w, o := pair(t)
+	rc, err := o.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peek := func() (string, syscall.Errno) {
+		b := make([]byte, 8)
+		var n int
+		var errno syscall.Errno
+		if err := rc.Control(func(fd uintptr) { n, errno = PeekFD(fd, b) }); err != nil {
+			t.Fatal(err)
+		}
+		return string(b[:n]), errno
+	}
+	// peekUntil polls, boundedly, until the peek's answer is want's: what
+	// one end does reaches the other on loopback soon, not at once.
+	peekUntil := func(want string, wantErr syscall.Errno) {
+		t.Helper()
+		got, errno := peek()
+		for deadline := time.Now().Add(5 * time.Second); (got != want || errno != wantErr) && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+			got, errno = peek()
+		}
+		if got != want || errno != wantErr {
+			t.Fatalf("peek: %q, %v; want %q, %v", got, errno, want, wantErr)
+		}
+	}
+	peekUntil("", syscall.EAGAIN)
+	if _, err := w.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	peekUntil("abc", 0)
+	peekUntil("abc", 0) // a second peek finds it still there
+	b := make([]byte, 3)
+	if _, err := io.ReadFull(o, b); err != nil || string(b) != "abc" {
+		t.Fatalf("read after the peeks: %q, %v", b, err)
+	}
+	w.Close()
+	peekUntil("", 0)
+}

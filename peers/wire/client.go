@@ -187,8 +187,8 @@ func tcpAlive(tc *net.TCPConn) bool {
 	var b [1]byte
 	alive := false
 	err = rc.Control(func(fd uintptr) {
-		_, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		alive = rerr == syscall.EAGAIN // nothing to read, and not closed
+		_, errno := rawio.PeekFD(fd, b[:])
+		alive = errno == syscall.EAGAIN // nothing to read, and not closed
 	})
 	return err == nil && alive
 }

@@ -313,3 +313,67 @@ func TestFailedRequestNeverArrivesLater(t *testing.T) {
 		t.Errorf("the peer's read ended cleanly after %d bytes, want a reset", n)
 	}
 }
+
+// tcpAlive tells a pooled TCP connection that can carry a request from
+// one that cannot, by a peek that neither waits nor takes a byte.
+func TestTCPAlive(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		peer func(t *testing.T, nc net.Conn) // what the peer did while the connection idled
+		want bool
+	}{
+		{"idle", func(*testing.T, net.Conn) {}, true},
+		{"closed by the peer", func(t *testing.T, nc net.Conn) { nc.Close() }, false},
+		{"reset by the peer", func(t *testing.T, nc net.Conn) { abort(nc) }, false},
+		{"bytes nobody asked for", func(t *testing.T, nc net.Conn) {
+			if _, err := nc.Write([]byte("HD\r\n")); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			accepted := make(chan net.Conn, 1)
+			go func() {
+				nc, _ := ln.Accept()
+				accepted <- nc
+			}()
+			nc, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			peer := <-accepted
+			if peer == nil {
+				t.Fatal("accept failed")
+			}
+			defer peer.Close()
+			tc.peer(t, peer)
+			// What the peer did reaches this end on loopback at once, but
+			// not within the peer's call: poll, boundedly, for the answer
+			// that differs from a fresh connection's.
+			got := tcpAlive(nc.(*net.TCPConn))
+			for deadline := time.Now().Add(5 * time.Second); got && !tc.want && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+				got = tcpAlive(nc.(*net.TCPConn))
+			}
+			if got != tc.want {
+				t.Fatalf("alive: %v, want %v", got, tc.want)
+			}
+			if tc.want {
+				return
+			}
+			// The peek took nothing: what the peer sent is still there.
+			if tc.name == "bytes nobody asked for" {
+				b := make([]byte, 4)
+				if _, err := io.ReadFull(nc, b); err != nil || string(b) != "HD\r\n" {
+					t.Fatalf("read after the peek: %q, %v", b, err)
+				}
+			}
+		})
+	}
+}
