@@ -20,7 +20,8 @@
 // and sets it looking every 20 µs again, 50 times before it slows down.
 // One such call per forwarded write (the peer client's check of a pooled
 // connection, PeekFD) made the monitor's sleeps 43 % of a 3-node
-// cluster's context switches under writes (README, "Raw socket calls").
+// cluster's context switches under writes (README, "What a write cost
+// was Go's monitor waking").
 //
 // It suits calls that copy what the socket holds or has room for, and no
 // more: reads, writes and peeks of a non-blocking socket. On a 2-core VM, 50
