@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+
+	"spillway/internal/rawio"
 )
 
 // The flags that authenticate and encrypt: client TLS and the auth file,
@@ -96,12 +98,13 @@ func (f *serveFlags) peerSecrets() [][]byte {
 	return out
 }
 
-// wrapTLS makes ln a TLS listener when cfg is set.
+// wrapTLS makes ln a TLS listener when cfg is set, over raw socket calls
+// (internal/rawio), as the server makes a plain connection's.
 func wrapTLS(ln net.Listener, cfg *tls.Config) net.Listener {
 	if cfg == nil {
 		return ln
 	}
-	return tls.NewListener(ln, cfg)
+	return tls.NewListener(rawio.Listener(ln), cfg)
 }
 
 func loadPair(certFlag, certFile, keyFlag, keyFile string) (tls.Certificate, error) {

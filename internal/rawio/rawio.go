@@ -16,12 +16,15 @@
 //
 // A call that might block also wakes the monitor. When every P of the
 // process is idle, which a node between requests often is, the monitor
-// sleeps until the next timer; the first such call after that wakes it
-// and sets it looking every 20 µs again, 50 times before it slows down.
-// One such call per forwarded write (the peer client's check of a pooled
-// connection, PeekFD) made the monitor's sleeps 43 % of a 3-node
-// cluster's context switches under writes (README, "What a write cost
-// was Go's monitor waking").
+// sleeps until the next timer; such a call wakes it and resets its
+// interval to 20 µs, and it looks that often for as long as any P stays
+// busy, slowing down only after 50 looks that found nothing to take
+// back. One such call per forwarded write (the peer client's check of a
+// pooled connection, now PeekFD) made the monitor's sleeps 43 % of a
+// 3-node cluster's context switches under writes, and TLS's calls did
+// the same on every connection under TLS until it ran over a wrapped
+// socket (Listener, and Wrap under tls.Client) (README, "What a write
+// cost was Go's monitor waking").
 //
 // It suits calls that copy what the socket holds or has room for, and no
 // more: reads, writes and peeks of a non-blocking socket. On a 2-core VM, 50
@@ -34,10 +37,41 @@ import "net"
 
 // Wrap returns c with Read and Write made raw where it can (a TCP or Unix
 // socket on Linux), else c itself. Everything else — deadlines, Close,
-// addresses — is c's.
+// addresses — is c's, and the wrapped conn's NetConn method returns c.
+//
+// To make a TLS connection's socket calls raw, wrap the socket and run
+// TLS over it (tls.Client(Wrap(c), cfg), or Listener for a server):
+// Wrap leaves a *tls.Conn as it is.
 func Wrap(c net.Conn) net.Conn {
 	if w := wrap(c); w != nil {
 		return w
 	}
 	return c
+}
+
+// Listener returns ln with every connection it accepts wrapped (Wrap): a
+// TLS listener over it (tls.NewListener) reads and writes its sockets raw.
+func Listener(ln net.Listener) net.Listener { return listener{ln} }
+
+type listener struct{ net.Listener }
+
+func (l listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return Wrap(c), nil
+}
+
+// Unwrap returns the connection under c's wrappings — Wrap's, and TLS's or
+// any other that has a NetConn method — for what only the socket itself
+// offers (SetLinger, SyscallConn).
+func Unwrap(c net.Conn) net.Conn {
+	for {
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return c
+		}
+		c = u.NetConn()
+	}
 }

@@ -141,6 +141,9 @@ func (c *conn) writeAll(fd uintptr) bool {
 	return true
 }
 
+// NetConn returns the conn Wrap wrapped.
+func (c *conn) NetConn() net.Conn { return c.Conn }
+
 // opError is err as net's Read and Write report it. An error of the
 // RawConn itself (closed, deadline) is already a *net.OpError, of its
 // "raw-read" or "raw-write": it is renamed, not wrapped again.

@@ -2,6 +2,7 @@ package rawio
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -281,6 +282,11 @@ func TestPeekFD(t *testing.T) {
 		}
 	}
 	peekUntil("", syscall.EAGAIN)
+	var errno syscall.Errno
+	rc.Control(func(fd uintptr) { _, errno = PeekFD(fd, nil) })
+	if errno != syscall.EINVAL {
+		t.Fatalf("an empty peek: %v, want EINVAL (its 0 would read as the end)", errno)
+	}
 	if _, err := w.Write([]byte("abc")); err != nil {
 		t.Fatal(err)
 	}
@@ -292,4 +298,52 @@ func TestPeekFD(t *testing.T) {
 	}
 	w.Close()
 	peekUntil("", 0)
+}
+
+// TestListener: a listener's connections come wrapped, and Unwrap finds
+// the socket under Wrap's wrapping and TLS's (what abort's SetLinger
+// needs).
+func TestListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Listener(ln)
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-accepted
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	defer s.Close()
+	if _, isTCP := s.(*net.TCPConn); isTCP == (runtime.GOOS == "linux") {
+		t.Fatalf("accepted on %s: %T", runtime.GOOS, s)
+	}
+	if _, ok := Unwrap(s).(*net.TCPConn); !ok {
+		t.Fatalf("Unwrap of the accepted conn: %T", Unwrap(s))
+	}
+	if _, ok := Unwrap(tls.Server(s, &tls.Config{})).(*net.TCPConn); !ok {
+		t.Fatal("Unwrap did not reach the socket under TLS")
+	}
+	// What one end writes, the other reads, through the wrapping.
+	if _, err := s.Write([]byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 2)
+	if _, err := io.ReadFull(c, b); err != nil || string(b) != "hi" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	l.Close()
+	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept after Close: %v", err)
+	}
 }

@@ -24,8 +24,3 @@ func errno(err error) syscall.Errno {
 	}
 	return err.(syscall.Errno)
 }
-
-func PeekFD(fd uintptr, b []byte) (int, syscall.Errno) {
-	n, _, err := syscall.Recvfrom(int(fd), b, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	return max(n, 0), errno(err)
-}

@@ -138,7 +138,9 @@ func (c *Client) dial(timeout time.Duration) (*conn, error) {
 		return nil, err
 	}
 	if c.cfg.TLS != nil {
-		tc := tls.Client(nc, c.cfg.TLS)
+		// TLS over the raw socket: its reads and writes are raw calls
+		// too (internal/rawio).
+		tc := tls.Client(rawio.Wrap(nc), c.cfg.TLS)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, err
@@ -169,10 +171,19 @@ func (pc *conn) alive() bool {
 	if tc, ok := pc.nc.(*net.TCPConn); ok {
 		return tcpAlive(tc)
 	}
+	// Under TLS (or another wrapping): a read that the expired deadline
+	// stops finds what TLS holds decrypted or read ahead, but it stops
+	// before the socket, so a peer's close or reset is looked for there.
 	pc.nc.SetReadDeadline(time.Now())
 	_, err := pc.r.Peek(1)
 	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	if tc, ok := rawio.Unwrap(pc.nc).(*net.TCPConn); ok {
+		return tcpAlive(tc)
+	}
+	return true
 }
 
 // tcpAlive is alive for a TCP connection: one non-blocking peek at the
@@ -222,11 +233,9 @@ func (c *Client) put(pc *conn, err error) {
 // A request the peer has already received may still run: its outcome
 // stays unknown, as it must.
 func abort(nc net.Conn) {
-	raw := nc
-	if tc, ok := nc.(*tls.Conn); ok {
-		// No close_notify: it would wait on the same stuck connection.
-		raw = tc.NetConn()
-	}
+	// The socket itself, under TLS (no close_notify: it would wait on the
+	// same stuck connection) and raw calls.
+	raw := rawio.Unwrap(nc)
 	if l, ok := raw.(interface{ SetLinger(sec int) error }); ok {
 		l.SetLinger(0) // close with a reset: unsent data is dropped
 	}

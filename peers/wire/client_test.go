@@ -4,15 +4,29 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"spillway/internal/rawio"
 )
 
 // fakePeer answers mg with "VA <n> f0 c1 t-1" and the key repeated size
@@ -353,15 +367,14 @@ func TestTCPAlive(t *testing.T) {
 			}
 			defer peer.Close()
 			tc.peer(t, peer)
-			// What the peer did reaches this end on loopback at once, but
-			// not within the peer's call: poll, boundedly, for the answer
-			// that differs from a fresh connection's.
-			got := tcpAlive(nc.(*net.TCPConn))
-			for deadline := time.Now().Add(5 * time.Second); got && !tc.want && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
-				got = tcpAlive(nc.(*net.TCPConn))
+			if !tc.want {
+				// What the peer did reaches this end on loopback soon,
+				// not within the peer's call: wait until the socket
+				// shows it, then look once (a reset is seen by the first
+				// look only).
+				waitSocketReadable(t, nc.(*net.TCPConn))
 			}
-			if got != tc.want {
+			if got := tcpAlive(nc.(*net.TCPConn)); got != tc.want {
 				t.Fatalf("alive: %v, want %v", got, tc.want)
 			}
 			if tc.want {
@@ -370,10 +383,186 @@ func TestTCPAlive(t *testing.T) {
 			// The peek took nothing: what the peer sent is still there.
 			if tc.name == "bytes nobody asked for" {
 				b := make([]byte, 4)
+				nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 				if _, err := io.ReadFull(nc, b); err != nil || string(b) != "HD\r\n" {
 					t.Fatalf("read after the peek: %q, %v", b, err)
 				}
 			}
 		})
 	}
+}
+
+// A connection under TLS, whose socket's calls are raw, is still cut off
+// with a reset when it fails (abort): the peer sees no clean end after
+// what it was sent, as on a plain connection.
+func TestAbortResetsUnderTLS(t *testing.T) {
+	cert := selfSigned(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, _ := ln.Accept()
+		if nc != nil {
+			nc.SetDeadline(time.Now().Add(10 * time.Second))
+			nc.(*tls.Conn).Handshake() // the client's dial waits for it
+		}
+		accepted <- nc
+	}()
+	pool := x509.NewCertPool()
+	pool.AddCert(cert.Leaf)
+	c := New(Config{Addr: ln.Addr().String(), TLS: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}})
+	defer c.Close()
+	pc, err := c.dial(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pc.nc.(*tls.Conn).NetConn().(*net.TCPConn); ok && runtime.GOOS == "linux" {
+		t.Fatal("the socket under TLS is not wrapped (rawio)")
+	}
+	peer := <-accepted
+	if peer == nil {
+		t.Fatal("accept failed")
+	}
+	defer peer.Close()
+	// Both ends finish the handshake, then the client's connection fails.
+	done := make(chan error, 1)
+	go func() {
+		_, err := pc.nc.Write([]byte("mn\r\n"))
+		done <- err
+	}()
+	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(peer, b); err != nil || string(b) != "mn\r\n" {
+		t.Fatalf("peer read %q, %v", b, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	abort(pc.nc)
+	_, err = peer.Read(b)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the peer's read after abort: %v, want a reset", err)
+	}
+}
+
+// selfSigned is a certificate for 127.0.0.1 that signs itself.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+}
+
+// A pooled connection under TLS whose peer has since closed it (an idle
+// timeout, a restart) or reset it (a crash) is not used again: the next
+// exchange dials anew and succeeds. A close that TLS read ahead with the
+// last reply (its close_notify) shows through TLS; a reset, with nothing
+// sent before it, only at the socket, since an expired read deadline stops
+// TLS's read before the socket.
+func TestExchangeSkipsClosedPooledConnTLS(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(nc *tls.Conn)
+	}{
+		{"closed", func(nc *tls.Conn) { nc.Close() }},
+		{"reset", func(nc *tls.Conn) { abort(nc) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cert := selfSigned(t)
+			ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The peer answers one set per connection, then ends it.
+			var accepted atomic.Int64
+			ended := make(chan struct{}, 2)
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				for {
+					nc, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					accepted.Add(1)
+					nc.SetDeadline(time.Now().Add(10 * time.Second))
+					r := bufio.NewReader(nc)
+					if _, err := r.ReadString('\n'); err == nil { // set k 0 0 1
+						if _, err := r.ReadString('\n'); err == nil { // its data
+							io.WriteString(nc, "HD\r\n")
+						}
+					}
+					tc.end(nc.(*tls.Conn))
+					ended <- struct{}{}
+				}
+			}()
+			defer func() { ln.Close(); <-served }()
+			pool := x509.NewCertPool()
+			pool.AddCert(cert.Leaf)
+			c := New(Config{Addr: ln.Addr().String(), MaxIdle: 2, TLS: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}})
+			defer c.Close()
+			for i := range 2 {
+				r, err := c.Exchange(5*time.Second, []byte("set k 0 0 1"), []byte("a"))
+				if err != nil || string(r.Line) != "HD" {
+					t.Fatalf("exchange %d: %q, %v", i+1, r.Line, err)
+				}
+				<-ended
+				// What the peer did reaches this end at once on loopback,
+				// but not within its call: wait, boundedly, for the socket
+				// to show it.
+				waitReadable(t, c)
+			}
+			if got := accepted.Load(); got != 2 {
+				t.Errorf("connections the peer accepted: %d, want 2", got)
+			}
+		})
+	}
+}
+
+// waitReadable waits until the socket of c's pooled connection has
+// something to read (bytes, its end, or a reset), at most 5 s.
+func waitReadable(t *testing.T, c *Client) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, pc := range c.idle {
+		tc, ok := rawio.Unwrap(pc.nc).(*net.TCPConn)
+		if !ok {
+			t.Fatalf("pooled connection over %T", rawio.Unwrap(pc.nc))
+		}
+		waitSocketReadable(t, tc)
+	}
+}
+
+// waitSocketReadable waits until tc's socket has something to read
+// (bytes, its end, or a reset), at most 5 s, taking nothing.
+func waitSocketReadable(t *testing.T, tc *net.TCPConn) {
+	t.Helper()
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 5000); n != 1 || err != nil {
+			t.Errorf("the socket did not become readable: %d, %v", n, err)
+		}
+	})
 }
