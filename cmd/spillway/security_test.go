@@ -15,10 +15,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"spillway/internal/rawio"
 
 	"github.com/bradfitz/gomemcache/memcache"
 )
@@ -210,5 +213,43 @@ func refused(t *testing.T, addr string, cfg *tls.Config) {
 	buf := make([]byte, 64)
 	if k, _ := c.Read(buf); strings.Contains(string(buf[:k]), "VERSION") {
 		t.Errorf("%s answered a client it should refuse (tls %v): %q", addr, cfg != nil, buf[:k])
+	}
+}
+
+// The client and peer ports' TLS runs over raw socket calls
+// (internal/rawio): under the TLS of a connection wrapTLS's listener
+// accepts is a wrapped socket, on Linux, and the socket under that.
+func TestWrapTLSOverRawSocket(t *testing.T) {
+	dir := t.TempDir()
+	testPKI(t, dir, "node")
+	cert, err := loadPair("--tls-cert", filepath.Join(dir, "node.pem"), "--tls-key", filepath.Join(dir, "node-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := wrapTLS(ln, &tls.Config{Certificates: []tls.Certificate{cert}})
+	defer l.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tc, ok := s.(*tls.Conn)
+	if !ok {
+		t.Fatalf("accepted %T, want *tls.Conn", s)
+	}
+	if _, plain := tc.NetConn().(*net.TCPConn); plain == (runtime.GOOS == "linux") {
+		t.Fatalf("on %s, under TLS: %T", runtime.GOOS, tc.NetConn())
+	}
+	if _, ok := rawio.Unwrap(s).(*net.TCPConn); !ok {
+		t.Fatalf("the socket under it: %T", rawio.Unwrap(s))
 	}
 }

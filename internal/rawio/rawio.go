@@ -49,8 +49,9 @@ func Wrap(c net.Conn) net.Conn {
 	return c
 }
 
-// Listener returns ln with every connection it accepts wrapped (Wrap): a
-// TLS listener over it (tls.NewListener) reads and writes its sockets raw.
+// Listener returns ln with every connection it accepts wrapped (Wrap): on
+// Linux, a TLS listener over it (tls.NewListener) reads and writes its
+// sockets raw.
 func Listener(ln net.Listener) net.Listener { return listener{ln} }
 
 type listener struct{ net.Listener }

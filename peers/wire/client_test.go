@@ -305,12 +305,7 @@ func TestFailedRequestNeverArrivesLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		if nc, err := ln.Accept(); err == nil {
-			accepted <- nc
-		}
-	}()
+	accepted := acceptOne(ln, nil)
 	c := New(Config{Addr: ln.Addr().String()})
 	defer c.Close()
 	// Far more than loopback's send and receive buffers hold together.
@@ -320,6 +315,9 @@ func TestFailedRequestNeverArrivesLater(t *testing.T) {
 		t.Fatal("a request to a peer that reads nothing succeeded")
 	}
 	peer := <-accepted
+	if peer == nil {
+		t.Fatal("accept failed")
+	}
 	defer peer.Close()
 	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
 	n, err := io.Copy(io.Discard, peer)
@@ -351,11 +349,7 @@ func TestTCPAlive(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ln.Close()
-			accepted := make(chan net.Conn, 1)
-			go func() {
-				nc, _ := ln.Accept()
-				accepted <- nc
-			}()
+			accepted := acceptOne(ln, nil)
 			nc, err := net.Dial("tcp", ln.Addr().String())
 			if err != nil {
 				t.Fatal(err)
@@ -402,15 +396,10 @@ func TestAbortResetsUnderTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		nc, _ := ln.Accept()
-		if nc != nil {
-			nc.SetDeadline(time.Now().Add(10 * time.Second))
-			nc.(*tls.Conn).Handshake() // the client's dial waits for it
-		}
-		accepted <- nc
-	}()
+	accepted := acceptOne(ln, func(nc net.Conn) {
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		nc.(*tls.Conn).Handshake() // the client's dial waits for it
+	})
 	pool := x509.NewCertPool()
 	pool.AddCert(cert.Leaf)
 	c := New(Config{Addr: ln.Addr().String(), TLS: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}})
@@ -565,4 +554,23 @@ func waitSocketReadable(t *testing.T, tc *net.TCPConn) {
 			t.Errorf("the socket did not become readable: %d, %v", n, err)
 		}
 	})
+}
+
+// acceptOne accepts one connection on ln in the background and, if then
+// is not nil, runs then on it; the channel gives the connection, or nil
+// if the accept failed.
+func acceptOne(ln net.Listener, then func(net.Conn)) <-chan net.Conn {
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		if then != nil {
+			then(nc)
+		}
+		accepted <- nc
+	}()
+	return accepted
 }
