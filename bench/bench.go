@@ -25,6 +25,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -144,6 +145,10 @@ type Config struct {
 	// Timeout bounds dialing, each stats call and waiting for any reply;
 	// 0 means 5s. A request without a reply in time is a "timeout" error.
 	Timeout time.Duration
+	// TLS, if set, makes every connection (the load's and the stats
+	// calls') speak TLS with it. Its ServerName, if empty, is each
+	// server's host.
+	TLS *tls.Config
 	// Interval is the throughput sampling period (time series and progress
 	// line); 0 means 1s.
 	Interval time.Duration
@@ -289,9 +294,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
-	before := readAllStats(ctx, cfg.Servers, cfg.Timeout)
+	before := readAllStats(ctx, cfg.Servers, cfg.Timeout, cfg.TLS)
 	res := e.measure(ctx)
-	after := readAllStats(context.WithoutCancel(ctx), cfg.Servers, cfg.Timeout)
+	after := readAllStats(context.WithoutCancel(ctx), cfg.Servers, cfg.Timeout, cfg.TLS)
 
 	rep := newReport(cfg, res, before, after)
 	if rep.Errors[kindCorrupt] > 0 {

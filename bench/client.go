@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -120,12 +121,9 @@ type conn struct {
 }
 
 func dial(w *worker, addr string, depth int, timeout time.Duration) (*conn, error) {
-	nc, err := net.DialTimeout("tcp", addr, timeout)
+	nc, err := dialServer(context.Background(), addr, timeout, w.e.cfg.TLS)
 	if err != nil {
 		return nil, err
-	}
-	if tc, ok := nc.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
 	}
 	c := &conn{
 		w:       w,

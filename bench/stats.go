@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -38,14 +39,14 @@ type snapshot struct {
 }
 
 // readAllStats reads every server's stats concurrently.
-func readAllStats(ctx context.Context, servers []string, timeout time.Duration) []snapshot {
+func readAllStats(ctx context.Context, servers []string, timeout time.Duration, tlsCfg *tls.Config) []snapshot {
 	out := make([]snapshot, len(servers))
 	var wg sync.WaitGroup
 	for i, addr := range servers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			vals, err := ReadStats(ctx, addr, timeout)
+			vals, err := readStats(ctx, addr, timeout, tlsCfg)
 			out[i] = snapshot{vals: vals, err: err}
 		}()
 	}
@@ -57,8 +58,12 @@ func readAllStats(ctx context.Context, servers []string, timeout time.Duration) 
 // STAT lines up to END, by name. bench/compare reads the servers it
 // starts with it.
 func ReadStats(ctx context.Context, addr string, timeout time.Duration) (map[string]string, error) {
-	d := net.Dialer{Timeout: timeout}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	return readStats(ctx, addr, timeout, nil)
+}
+
+// readStats is ReadStats, over TLS if tlsCfg is set.
+func readStats(ctx context.Context, addr string, timeout time.Duration, tlsCfg *tls.Config) (map[string]string, error) {
+	nc, err := dialServer(ctx, addr, timeout, tlsCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -265,4 +270,26 @@ func summariseLoad(servers []ServerLoad, ops int64) Load {
 		l.ServerCPU = 0
 	}
 	return l
+}
+
+// dialServer connects to addr within timeout, and speaks TLS with tlsCfg
+// if it is set (its ServerName, if empty, is addr's host).
+func dialServer(ctx context.Context, addr string, timeout time.Duration, tlsCfg *tls.Config) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || tlsCfg == nil {
+		return nc, err
+	}
+	if tlsCfg.ServerName == "" {
+		tlsCfg = tlsCfg.Clone()
+		tlsCfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	tc := tls.Client(nc, tlsCfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return tc, nil
 }

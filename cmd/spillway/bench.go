@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +49,9 @@ type benchFlags struct {
 	simulate      bool
 	simCache      int
 	compare       bool
+	tlsCA         string
+	tlsCert       string
+	tlsKey        string
 }
 
 func (f *benchFlags) options() []option {
@@ -68,6 +72,9 @@ func (f *benchFlags) options() []option {
 		{"", "hot-share", &floatValue{&f.hotShare}, "flash sale: fraction of requests that go to the hot key"},
 		{"", "seed", &intValue{&f.seed}, "workload seed"},
 		{"", "timeout", &durationValue{&f.timeout}, "dial and reply timeout"},
+		{"", "tls-ca", &stringValue{&f.tlsCA}, "speak TLS to the servers, trusting the PEM CA certificate in this file"},
+		{"", "tls-cert", &stringValue{&f.tlsCert}, "with --tls-ca: PEM client certificate to present (with --tls-key), for servers started with --tls-ca"},
+		{"", "tls-key", &stringValue{&f.tlsKey}, "PEM private key of --tls-cert"},
 		{"", "json", &stringValue{&f.jsonOut}, "write the report as JSON to this file"},
 		{"", "html", &stringValue{&f.htmlOut}, "write a self-contained HTML report with charts to this file"},
 		{"", "local", &intValue{&f.local}, "start an embedded N-node Spillway cluster on loopback and load it"},
@@ -130,6 +137,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) error {
 		return errors.New("--json and --html write one run's report; --compare prints a table")
 	case f.local > 0 && f.servers != "":
 		return errors.New("give --servers or --local, not both")
+	case cfg.TLS != nil && f.servers == "":
+		return errors.New("--tls-ca goes with --servers: the embedded cluster speaks plain TCP")
 	case f.compare:
 		if len(variants) == 0 {
 			return errors.New("--compare needs VARIANT arguments, e.g. epsilon=0.25 epsilon=inf")
@@ -284,6 +293,9 @@ func (f *benchFlags) config() (bench.Config, error) {
 	if f.requests > 0 {
 		cfg.Duration = 0
 	}
+	if cfg.TLS, err = f.clientTLS(); err != nil {
+		return bench.Config{}, err
+	}
 	for _, s := range strings.Split(f.servers, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			cfg.Servers = append(cfg.Servers, s)
@@ -361,4 +373,27 @@ func simulate(stdout io.Writer, f benchFlags, cfg bench.Config, variants []strin
 		reps = append(reps, rep)
 	}
 	return bench.SimCompareText(stdout, variants, reps)
+}
+
+// clientTLS is the TLS the bench speaks to the servers, or nil.
+func (f *benchFlags) clientTLS() (*tls.Config, error) {
+	if f.tlsCA == "" {
+		if f.tlsCert != "" || f.tlsKey != "" {
+			return nil, errors.New("--tls-cert and --tls-key need --tls-ca")
+		}
+		return nil, nil
+	}
+	roots, err := loadCA("--tls-ca", f.tlsCA)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if f.tlsCert != "" || f.tlsKey != "" {
+		cert, err := loadPair("--tls-cert", f.tlsCert, "--tls-key", f.tlsKey)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }

@@ -66,6 +66,7 @@ func TestMistakesCaughtEarly(t *testing.T) {
 	if err := os.WriteFile(existing, []byte("old report"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	ca := testPKI(t, dir)
 	key := base64.StdEncoding.EncodeToString(make([]byte, 32))
 	for _, c := range []struct {
 		name string
@@ -84,6 +85,12 @@ func TestMistakesCaughtEarly(t *testing.T) {
 			"spillway serve: --peer-secret: no secret in it"},
 		{"client auth with an open peer port", []string{"serve", "--listen", "127.0.0.1:0", "--gossip", "127.0.0.1:0", "-Y", existing},
 			"spillway serve: --auth-file and --tls-ca guard the client port only"},
+		{"bench TLS on the embedded cluster", []string{"bench", "--local", "1", "--tls-ca", ca},
+			"spillway bench: --tls-ca goes with --servers: the embedded cluster speaks plain TCP\n"},
+		{"bench TLS CA not a certificate", []string{"bench", "--servers", "127.0.0.1:1", "--tls-ca", existing},
+			"spillway bench: --tls-ca: "},
+		{"bench client certificate without a CA", []string{"bench", "--servers", "127.0.0.1:1", "--tls-cert", existing},
+			"spillway bench: --tls-cert and --tls-key need --tls-ca\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if strings.Contains(c.want, "SPILLWAY_JOIN") {

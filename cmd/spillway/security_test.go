@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -114,6 +116,33 @@ func TestClientTLS(t *testing.T) {
 		t.Fatalf("get over TLS: %v %v", it, err)
 	}
 	mc.Close()
+
+	// spillway bench loads it over TLS: every request answered, and the
+	// stats read over TLS too (the report's per-server counts).
+	report := filepath.Join(dir, "report.json")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"bench", "--servers", n.client, "--tls-ca", ca,
+		"--tls-cert", filepath.Join(dir, "client.pem"), "--tls-key", filepath.Join(dir, "client-key.pem"),
+		"--requests", "500", "--keys", "50", "--conns", "4", "--prefill", "--json", report}, &stdout, &stderr); code != 0 {
+		t.Fatalf("bench over TLS: exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Ops     int64
+		Errors  map[string]int64
+		Servers []struct {
+			CmdGet uint64 `json:"cmd_get"`
+		}
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Ops != 500 || len(rep.Errors) != 0 || len(rep.Servers) != 1 || rep.Servers[0].CmdGet == 0 {
+		t.Fatalf("bench over TLS: %d requests, errors %v, servers %+v", rep.Ops, rep.Errors, rep.Servers)
+	}
 
 	// Plain text gets no answer; TLS without a client certificate fails.
 	refused(t, n.client, nil)
