@@ -367,15 +367,7 @@ func TestPeerAddr(t *testing.T) {
 // reads other nodes forwarded to it; the bench's entry gets count only
 // what the bench sent it, and add up to the bench's gets (issue 15).
 func TestBenchEntryGets(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "report.json")
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"bench", "--local", "3", "--requests", "3000", "--keys", "300", "--conns", "6", "--json", out}, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr.String())
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, stdout := benchReport(t, "--local", "3", "--requests", "3000", "--keys", "300", "--conns", "6")
 	var rep struct {
 		Gets    int64
 		Servers []struct {
@@ -394,8 +386,8 @@ func TestBenchEntryGets(t *testing.T) {
 	if entry != uint64(rep.Gets) || cmdGet <= entry {
 		t.Errorf("gets %d, entry gets %d, cmd_get %d: want entry gets = gets < cmd_get", rep.Gets, entry, cmdGet)
 	}
-	if !strings.Contains(stdout.String(), "entry gets") {
-		t.Errorf("no entry gets column:\n%s", stdout.String())
+	if !strings.Contains(stdout, "entry gets") {
+		t.Errorf("no entry gets column:\n%s", stdout)
 	}
 }
 
@@ -427,4 +419,20 @@ func TestREADMEFlags(t *testing.T) {
 			t.Errorf("README's default of %s is %s; --help's %s", names, cells[len(cells)-2], d)
 		}
 	}
+}
+
+// benchReport runs spillway bench with args, its report written with
+// --json, and returns the report and what the bench printed.
+func benchReport(t *testing.T, args ...string) (report []byte, stdout string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "report.json")
+	var o, e bytes.Buffer
+	if code := run(append(append([]string{"bench"}, args...), "--json", out), &o, &e); code != 0 {
+		t.Fatalf("spillway bench %s: exit %d: %s", strings.Join(args, " "), code, e.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, o.String()
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -119,17 +118,9 @@ func TestClientTLS(t *testing.T) {
 
 	// spillway bench loads it over TLS: every request answered, and the
 	// stats read over TLS too (the report's per-server counts).
-	report := filepath.Join(dir, "report.json")
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"bench", "--servers", n.client, "--tls-ca", ca,
+	b, _ := benchReport(t, "--servers", n.client, "--tls-ca", ca,
 		"--tls-cert", filepath.Join(dir, "client.pem"), "--tls-key", filepath.Join(dir, "client-key.pem"),
-		"--requests", "500", "--keys", "50", "--conns", "4", "--prefill", "--json", report}, &stdout, &stderr); code != 0 {
-		t.Fatalf("bench over TLS: exit %d: %s", code, stderr.String())
-	}
-	b, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
+		"--requests", "500", "--keys", "50", "--conns", "4", "--prefill")
 	var rep struct {
 		Ops     int64
 		Errors  map[string]int64

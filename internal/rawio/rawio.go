@@ -27,10 +27,10 @@
 // cost was Go's monitor waking").
 //
 // It suits calls that copy what the socket holds or has room for, and no
-// more: reads, writes and peeks of a non-blocking socket. On a 2-core VM, 50
-// connections at pipeline 1, it took a Spillway node's CPU per request
-// down by 2 to 11 % and its context switches from 0.18 to 0.06–0.15 per
-// request (README, "Raw socket calls").
+// more: reads, writes and peeks of a non-blocking socket. On a 2-core
+// VM, 50 connections at pipeline 1, it took a Spillway node's CPU per
+// request down by 2 to 11 % and its context switches from 0.18 to
+// 0.06–0.15 per request (README, "Raw socket calls").
 package rawio
 
 import "net"
