@@ -24,8 +24,5 @@ func PeekFD(fd uintptr, b []byte) (int, syscall.Errno) {
 		return 0, syscall.EINVAL
 	}
 	n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), 0
+	return count(n, e), e
 }

@@ -89,6 +89,15 @@ func (c *conn) Read(b []byte) (int, error) {
 
 func noop(uintptr) {}
 
+// count is a raw call's result as a count: 0 on an error, where the
+// kernel's result is -1.
+func count(n uintptr, e syscall.Errno) int {
+	if e != 0 {
+		return 0
+	}
+	return int(n)
+}
+
 // readOnce reads once into rbuf, or reports false for the poller to wait
 // for more.
 func (c *conn) readOnce(fd uintptr) bool {
