@@ -241,6 +241,10 @@ type cluster struct {
 	// owning apart this node has had: their fence, or their answer to its
 	// own.
 	heard map[string]string
+	// merged holds, by boot ID, the members in the view whose word made
+	// this node drop every item it held (merge.go): a later word of the
+	// same run, with the run in every view since, drops nothing more.
+	merged map[string]string
 	// wordDue is, for each member whose word is not in, until when this
 	// node waits for it (settle, noWord).
 	wordDue map[string]wordWait
@@ -302,7 +306,7 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: hex.EncodeToString(b[:]),
 		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string),
 		returning: make(map[string]string), together: make(map[string]string), lackedAt: make(map[string]uint64),
-		heard: make(map[string]string), wordDue: make(map[string]wordWait), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
+		heard: make(map[string]string), merged: make(map[string]string), wordDue: make(map[string]wordWait), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}
 	cl.view.Store(&view{ring: ring.New(nil, ring.Config{}), done: closedChan, heardAll: closedChan})
 	cfg.Peers.Meta.Boot = cl.boot

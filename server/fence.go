@@ -210,8 +210,10 @@ func (cl *cluster) answered(id string, reply fenceReply, dead string, sent uint6
 	cl.hearLocked(id, boot, reply.Dead, reply.Apart)
 	if !cl.view.Load().ring.Has(id) {
 		// A late answer: it went meanwhile, and this is no word for its
-		// return (found by review).
+		// return (found by review), nor a drop that spares its next
+		// word (merged).
 		delete(cl.heard, id)
+		delete(cl.merged, id)
 	}
 	cl.answeredLocked(id, boot, dead, sent)
 }

@@ -52,6 +52,18 @@ import (
 //     while the member is out of the view, is no word for its return.
 //   - A view installed for another reason (a join, a leave) while a word
 //     is awaited holds as the one before did, and the wait runs on.
+//   - Both fences cross: each node's word reaches the other twice, in its
+//     fence and in its answer, both saying apart (neither had the other's
+//     answer yet). The node drops on the first only (merged): it owns its
+//     keys once that word is in and acks writes, which a second drop
+//     would lose (found as a flaky test: writes acked right after two
+//     nodes met were gone 10 ms later). The second word tells it nothing
+//     new. A member sends its word only with this node in its view (a
+//     fence's receiver installs the sender before it answers), after the
+//     writes it acked without it; to own keys apart from this node again
+//     it must install a view without it, and then tells it Dead on its
+//     return (returning). This node's own apartness comes back only with
+//     a view without the member, which forgets merged.
 
 // apartFromLocked reports whether this node may have owned keys in a view
 // without member id's run boot since that run last answered its fence.
@@ -82,10 +94,11 @@ func (cl *cluster) hearLocked(id, boot string, dead, apart bool) {
 	switch {
 	case dead:
 		cl.onDeclaredDead([]byte(cl.boot))
-	case apart && cl.apartFromLocked(id, boot):
+	case apart && cl.apartFromLocked(id, boot) && cl.merged[id] != boot:
 		cl.log.Warn("a member owned keys apart from this node while this node did without it; dropping every item it held", "member", id)
 		cl.srv.counters[ctrMergeDrops].Add(1)
 		cl.dropAll()
+		cl.merged[id] = boot
 	}
 	cl.heard[id] = boot
 	delete(cl.wordDue, id)

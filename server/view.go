@@ -297,11 +297,14 @@ func (cl *cluster) installLocked() {
 	// Forgotten for the members out of the ring:
 	//   - heard: a word had while out of the view is no word for its
 	//     return (a late answer, found by review);
+	//   - merged: a view without it may have had this node own its keys
+	//     apart from it again;
 	//   - wordDue: its return waits anew (TestHealWordWaitRestartsOnReturn);
 	//   - returning: out of the ring again before a fence told it, gossip
 	//     dropped it (gone holds it anew, and its return marks it again),
 	//     or it is another run now (nothing to tell).
 	forgetOutOf(r, cl.heard)
+	forgetOutOf(r, cl.merged)
 	forgetOutOf(r, cl.wordDue)
 	forgetOutOf(r, cl.returning)
 	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string),

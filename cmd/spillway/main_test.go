@@ -205,16 +205,23 @@ func waitNodes(t *testing.T, want int, nodes ...*node) {
 	for _, n := range nodes {
 		for clusterNodes(n.client) != want {
 			if time.Now().After(deadline) {
-				for _, n := range nodes {
-					n.cmd.Process.Kill()
-					<-n.exited
-					t.Logf("%s log:\n%s", n.client, n.log.String())
-				}
-				t.Fatalf("%s never saw %d nodes", n.client, want)
+				fatalWithLogs(t, nodes, "%s never saw %d nodes", n.client, want)
 			}
 			time.Sleep(20 * time.Millisecond) // polls a process; no event to wait for
 		}
 	}
+}
+
+// fatalWithLogs ends the test with the message, after the logs of nodes:
+// it stops them, because a log is read only once its process has exited.
+func fatalWithLogs(t *testing.T, nodes []*node, format string, args ...any) {
+	t.Helper()
+	for _, n := range nodes {
+		n.cmd.Process.Kill()
+		<-n.exited
+		t.Logf("%s log:\n%s", n.client, n.log.String())
+	}
+	t.Fatalf(format, args...)
 }
 
 // TestThreeProcesses runs three "spillway serve" processes joined by gossip

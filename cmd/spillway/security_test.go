@@ -192,7 +192,7 @@ func TestPeerTLSAndSecret(t *testing.T) {
 	for i := range 100 {
 		k := fmt.Sprintf("k%d", i)
 		if err := mc.Set(&memcache.Item{Key: k, Value: []byte(k)}); err != nil {
-			t.Fatalf("set %s: %v", k, err)
+			fatalWithLogs(t, []*node{a, b}, "set %s: %v", k, err)
 		}
 	}
 	// Through one entry node only: half the keys cross the peer port.
@@ -201,7 +201,7 @@ func TestPeerTLSAndSecret(t *testing.T) {
 	for i := range 100 {
 		k := fmt.Sprintf("k%d", i)
 		if it, err := one.Get(k); err != nil || string(it.Value) != k {
-			t.Fatalf("get %s through a: %v %v", k, it, err)
+			fatalWithLogs(t, []*node{a, b}, "get %s through a: %v %v", k, it, err)
 		}
 	}
 	mc.Close()
