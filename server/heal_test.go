@@ -869,3 +869,206 @@ func TestMergeCrossingWordsDropOnce(t *testing.T) {
 		settle(t, nodes)
 	})
 }
+
+// Found by review of cluster.merged (TestMergeCrossingWordsDropOnce), which
+// relies on a member that saw this node go telling it Dead.
+//
+// node1's first run leaves node0's view: node0 holds node1 gone under
+// that run (gone[node1] = run 1). node1 restarts while its seeds are out
+// of reach (it runs alone: apart from node0), and only node1's gossip
+// heals; node0's gossip never sees the new run, which enters node0's view
+// through its fence alone. node0 answers that fence, but the answer is
+// lost, so node1 stays apart from node0; node0's own fence (apart) reaches
+// node1, which drops and records merged[node0]. node1 acks "v1".
+//
+// node1 never renews its fence (it had no answer), so node0's fence record
+// of node1 lapses after FenceTTL: node0's view loses node1, node0 owns
+// node1's keys again and acks "v2". But gone[node1] still holds run 1
+// (installLocked recorded gone only when it had no entry), so nothing
+// remembered that node1's run 2 was dropped from the view: when node0's
+// gossip finally saw node1, it was neither gone nor returning, and node0
+// told it no Dead. node0's fence said apart, node1 was apart (it never had
+// an answer of node0's), but merged[node0] was node0's run, and node1's
+// view never lacked node0: node1 skipped the drop and served "v1", older
+// than "v2".
+func TestMergedSkipAfterLapseOfFencedRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n *fakeNet
+		var arm atomic.Bool
+		n, nodes := startFakeCluster(t, 2, func(cfg *Config) {
+			if cfg.Cluster.Peers.Name != "node0" {
+				return
+			}
+			cfg.Now = func() time.Time {
+				// Inside node0's onFence, after its word is computed: the
+				// link goes down before the answer is written.
+				if arm.Load() && inOnFence() && arm.CompareAndSwap(true, false) {
+					n.hang("peer:node0")
+				}
+				return time.Now()
+			}
+		})
+		y := nodes[0]
+		// node1's first run goes.
+		nodes[1].srv.Close()
+		synctest.Wait()
+		if b := y.srv.cl.gone["node1"]; b == "" {
+			t.Fatal("node0 does not hold node1's first run gone")
+		}
+		// node1's second run: its seeds out of reach, it runs alone.
+		n.mu.Lock()
+		n.views = map[string]map[string]bool{"node0": {"node0": true}, "node1": {"node1": true}}
+		n.mu.Unlock()
+		x := startFakeNode(t, n, "node1", nil)
+		synctest.Wait()
+		if got := x.srv.cl.view.Load().ring.Len(); got != 1 {
+			t.Fatalf("node1's new run sees %d members, want 1", got)
+		}
+
+		// node1's gossip sees node0; node0's still does not see node1.
+		arm.Store(true)
+		n.setView("node1")
+		synctest.Wait()
+		if arm.Load() {
+			t.Fatal("node0 never got node1's fence")
+		}
+		time.Sleep(2 * time.Second) // node1's fence retries give up
+		n.resume("peer:node0")
+		synctest.Wait()
+
+		xc, yc := x.srv.cl, y.srv.cl
+		xc.mu.Lock()
+		yboot := xc.view.Load().boots["node0"]
+		apart, merged := xc.apartFromLocked("node0", yboot), xc.merged["node0"]
+		xc.mu.Unlock()
+		t.Logf("node1: apart from node0 %v, merged %q (node0's run %q)", apart, merged, yboot)
+		if !apart {
+			t.Fatal("node1 is together with node0: the test shows nothing")
+		}
+		yc.mu.Lock()
+		gone, inView := yc.gone["node1"], yc.view.Load().ring.Has("node1")
+		yc.mu.Unlock()
+		if !inView {
+			t.Fatal("node0's view lacks node1 after its fence")
+		}
+		t.Logf("node0 holds node1 gone under %q, node1's run is %q", gone, xc.boot)
+
+		key := ownedBy(x, "node1", "stale", 1)[0]
+		setAt(t, n, x, key, "v1")
+
+		cfg := yc.cfg
+		time.Sleep(cfg.FenceTTL + cfg.FenceTTL/4 + cfg.OwnerGrace + 5*time.Second)
+		synctest.Wait()
+		if got := yc.view.Load().ring.Owner(key); got != "node0" {
+			t.Fatalf("node0's view gives %s to %s, want node0 (fence lapsed)", key, got)
+		}
+		setAt(t, n, y, key, "v2") // acked after v1
+
+		n.heal()
+		synctest.Wait()
+		settle(t, []*fakeNode{y, x})
+		for _, nd := range []*fakeNode{y, x} {
+			c := dialPipe(t, n, nd.client())
+			if v, hit := rawGetValue(t, c, key); hit && v == "v1" {
+				t.Errorf("%s serves %q, older than v2 acked by node0", nd.name, v)
+			}
+		}
+		t.Logf("merge drops: node0 %d, node1 %d; declared dead: node0 %d, node1 %d",
+			y.srv.counters[ctrMergeDrops].Load(), x.srv.counters[ctrMergeDrops].Load(),
+			y.srv.counters[ctrDeclaredDead].Load(), x.srv.counters[ctrDeclaredDead].Load())
+	})
+}
+
+// Found by the same review, and older than merged: the same stale gone,
+// with node1
+// together with node0 (its fence was answered). node1's renewals do not
+// reach node0 for longer than FenceTTL (node0's peer port out of reach
+// from node1), node0's fence record lapses, node0 owns node1's keys and
+// acks "v2"; gone[node1] still named node1's first run, so node0's answer
+// to the next renewal carried no Dead, and node1, together with node0,
+// dropped nothing: it served "v1".
+func TestFencedRunThatLapsedIsToldDead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, nil)
+		y := nodes[0]
+		nodes[1].srv.Close()
+		synctest.Wait()
+		n.mu.Lock()
+		n.views = map[string]map[string]bool{"node0": {"node0": true}}
+		n.mu.Unlock()
+		x := startFakeNode(t, n, "node1", nil) // sees node0; node0's gossip does not see it
+		synctest.Wait()
+		settle(t, []*fakeNode{y, x})
+		xc, yc := x.srv.cl, y.srv.cl
+		if !xc.unconfirmed["node0"] {
+			t.Fatal("node1 does not renew its fence to node0")
+		}
+		key := ownedBy(x, "node1", "stale", 1)[0]
+		setAt(t, n, x, key, "v1")
+
+		n.hang("peer:node0") // node1's renewals are lost
+		cfg := yc.cfg
+		time.Sleep(cfg.FenceTTL + cfg.FenceTTL/4 + cfg.OwnerGrace + 5*time.Second)
+		synctest.Wait()
+		if got := yc.view.Load().ring.Owner(key); got != "node0" {
+			t.Fatalf("node0's view gives %s to %s, want node0 (fence lapsed)", key, got)
+		}
+		setAt(t, n, y, key, "v2")
+		n.resume("peer:node0")
+		time.Sleep(cfg.FenceTTL / 2) // node1's next renewal
+		synctest.Wait()
+		for _, nd := range []*fakeNode{y, x} {
+			c := dialPipe(t, n, nd.client())
+			if v, hit := rawGetValue(t, c, key); hit && v == "v1" {
+				t.Errorf("after the renewal: %s serves %q, older than v2 acked by node0", nd.name, v)
+			}
+		}
+		n.heal()
+		synctest.Wait()
+		settle(t, []*fakeNode{y, x})
+		for _, nd := range []*fakeNode{y, x} {
+			c := dialPipe(t, n, nd.client())
+			if v, hit := rawGetValue(t, c, key); hit && v == "v1" {
+				t.Errorf("after the heal: %s serves %q, older than v2 acked by node0", nd.name, v)
+			}
+		}
+	})
+}
+
+// A late answer. node0 fenced node1 (returning: the fence carried Dead),
+// node1 went before the answer came and is back, returning again, under
+// the same run: the answer from before its latest departure neither
+// clears returning (node1 may not have been told of the second time) nor
+// makes the two together (review of cluster.merged).
+func TestLateAnswerKeepsReturning(t *testing.T) {
+	tests := []struct {
+		name              string
+		sent, lacked      uint64
+		returning, joined bool
+	}{
+		{"answer to a fence sent after the departure", 5, 3, false, true},
+		{"late answer, from before the departure", 3, 5, true, false},
+		{"late answer, sent at the departure's install", 5, 5, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				_, nodes := startFakeCluster(t, 2, nil)
+				cl := nodes[0].srv.cl
+				cl.mu.Lock()
+				defer cl.mu.Unlock()
+				boot := cl.view.Load().boots["node1"]
+				delete(cl.together, "node1")
+				cl.returning["node1"] = boot
+				cl.lackedAt["node1"] = tt.lacked
+				cl.answeredLocked("node1", boot, boot, tt.sent)
+				if _, ok := cl.returning["node1"]; ok != tt.returning {
+					t.Errorf("returning after the answer: %v, want %v", ok, tt.returning)
+				}
+				if got := cl.together["node1"] == boot; got != tt.joined {
+					t.Errorf("together after the answer: %v, want %v", got, tt.joined)
+				}
+			})
+		})
+	}
+}

@@ -108,9 +108,14 @@ func (cl *cluster) hearLocked(id, boot string, dead, apart bool) {
 // answeredLocked records that member id's run boot answered a fence this
 // node sent at install count sent, which told it dead ("" for nothing):
 // it has this node's word, so the two are together again unless a view
-// without it came since; and it was told. mu held.
+// without it came since; and it was told, unless it went since and this
+// is a late answer from before its latest return (found by review: the
+// same run's next return lost its Dead). mu held.
 func (cl *cluster) answeredLocked(id, boot, dead string, sent uint64) {
-	if cl.lackedAt[id] < sent && cl.view.Load().ring.Has(id) {
+	if cl.lackedAt[id] >= sent {
+		return
+	}
+	if cl.view.Load().ring.Has(id) {
 		cl.together[id] = boot
 	}
 	if dead != "" && cl.returning[id] == dead {

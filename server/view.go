@@ -285,11 +285,14 @@ func (cl *cluster) installLocked() {
 			continue
 		}
 		// Out of the view for any reason, a fence's lapse included: this
-		// node takes its keys, as if gossip had seen it go.
-		if _, ok := cl.gone[n.ID]; !ok && !cl.leaving {
-			if b := old.boots[n.ID]; b != "" {
-				cl.gone[n.ID] = b
-			}
+		// node takes its keys, as if gossip had seen it go. The run the
+		// view had is the one to tell Dead when it comes back, whatever
+		// an earlier run left in gone: kept, that run's entry matched no
+		// later return, and a restarted member that entered the view by
+		// its fence alone, then lapsed, came back told nothing and served
+		// what this node had overwritten (found by review).
+		if b := old.boots[n.ID]; b != "" && !cl.leaving {
+			cl.gone[n.ID] = b
 		}
 		delete(cl.together, n.ID)
 		cl.lackedAt[n.ID] = cl.installs
