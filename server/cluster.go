@@ -219,11 +219,11 @@ type cluster struct {
 	// fence (or that a fence reply told of) before gossip reported them.
 	fenced map[string]fenceRecord
 	// boots is the boot ID last seen of each member, to tell a restart
-	// (new ID) from the same run; gone is the boot ID of each member that
-	// left gossip's ring, to tell one declared dead that comes back (same
-	// ID).
+	// (new ID) from the same run; gone holds the runs that left gossip's
+	// ring or this node's view, to tell one declared dead that comes back
+	// (same ID).
 	boots map[string]string
-	gone  map[string]string
+	gone  goneRuns
 	// returning holds the members this node saw go that came back under
 	// the same boot ID (a partition healed, a pause ended), by that boot
 	// ID: its fences tell them they were declared dead, and so do its
@@ -241,10 +241,6 @@ type cluster struct {
 	// owning apart this node has had: their fence, or their answer to its
 	// own.
 	heard map[string]string
-	// merged holds, by boot ID, the members in the view whose word made
-	// this node drop every item it held (merge.go): a later word of the
-	// same run, with the run in every view since, drops nothing more.
-	merged map[string]string
 	// wordDue is, for each member whose word is not in, until when this
 	// node waits for it (settle, noWord).
 	wordDue map[string]wordWait
@@ -304,9 +300,9 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 	cl := &cluster{cfg: cfg, srv: srv, log: srv.cfg.Logger, picker: picker, copies: copies,
 		holders:      newHolders(cfg.CopyTTL, holderShare(cfg.CopyMaxBytes)),
 		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: hex.EncodeToString(b[:]),
-		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(map[string]string),
+		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(goneRuns),
 		returning: make(map[string]string), together: make(map[string]string), lackedAt: make(map[string]uint64),
-		heard: make(map[string]string), merged: make(map[string]string), wordDue: make(map[string]wordWait), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
+		heard: make(map[string]string), wordDue: make(map[string]wordWait), unconfirmed: make(map[string]bool), warned: make(map[string]bool),
 		next: make(chan *ring.Ring, 1), stop: make(chan struct{})}
 	cl.view.Store(&view{ring: ring.New(nil, ring.Config{}), done: closedChan, heardAll: closedChan})
 	cfg.Peers.Meta.Boot = cl.boot

@@ -97,7 +97,13 @@ func (cl *cluster) settle(v *view) {
 	sent := cl.installs
 	fences := make(map[string]fenceTo, len(v.clients))
 	for id := range v.clients {
-		if !v.gains && !v.entering[id] && !v.pending[id] {
+		// A returning member is fenced in every view until it has
+		// answered a fence with Dead: a view installed for another reason
+		// (a join) replaced the one whose Dead fence was lost, and left it
+		// told by a reply only, so told again at its next gain, an hour
+		// on, losing what it had acked since (found by review).
+		_, returning := cl.returning[id]
+		if !v.gains && !v.entering[id] && !v.pending[id] && !returning {
 			continue // only the word on owning apart is due (merge.go)
 		}
 		payload, dead := cl.fenceForLocked(v, id, cl.boots[id])
@@ -179,7 +185,7 @@ func (cl *cluster) settle(v *view) {
 	if len(learned) > 0 {
 		now := cl.srv.cfg.Now()
 		for id, m := range learned {
-			if b, gone := cl.gone[id]; gone && b == m.Boot {
+			if cl.gone.has(id, m.Boot) {
 				continue // gossip saw it go; the member that named it lags
 			}
 			if b, left := cl.peers.Left(id); left && b == m.Boot {
@@ -210,10 +216,8 @@ func (cl *cluster) answered(id string, reply fenceReply, dead string, sent uint6
 	cl.hearLocked(id, boot, reply.Dead, reply.Apart)
 	if !cl.view.Load().ring.Has(id) {
 		// A late answer: it went meanwhile, and this is no word for its
-		// return (found by review), nor a drop that spares its next
-		// word (merged).
+		// return (found by review).
 		delete(cl.heard, id)
-		delete(cl.merged, id)
 	}
 	cl.answeredLocked(id, boot, dead, sent)
 }
@@ -322,14 +326,13 @@ func (cl *cluster) onFence(payload []byte) []byte {
 	// Before the reply and before the sender is in this node's view: what
 	// this node holds may be stale.
 	cl.hearLocked(msg.ID, msg.Meta.Boot, msg.Dead == cl.boot, msg.Apart)
-	if b, ok := cl.gone[msg.ID]; ok && b == msg.Meta.Boot {
+	if cl.gone.take(msg.ID, msg.Meta.Boot) {
 		// The sender was declared dead and never knew: it comes back
 		// with what it owned then, which others have owned since.
 		reply.Dead = true
-		delete(cl.gone, msg.ID)
 		// Sticky until a fence of this node's own, carrying Dead, is
 		// answered by the sender (settle): this reply may be lost.
-		cl.returning[msg.ID] = b
+		cl.returning[msg.ID] = msg.Meta.Boot
 	} else if b, ok := cl.returning[msg.ID]; ok && b == msg.Meta.Boot {
 		// This node saw the sender go and has not yet had a fence of its
 		// own answered by it: tellReturning's word may still be on its

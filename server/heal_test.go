@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"spillway/peers"
 	"spillway/ring"
 )
 
@@ -814,84 +815,25 @@ func (c *heldConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// Two nodes that ran apart meet, and their fences cross: node1's reaches
-// node0 and is answered, while node0's to node1 is still on its way, so
-// node0 has node1's word twice, in node1's fence and, later, in node1's
-// answer, both saying apart. node0 drops what it held once, on the first,
-// and what it acks after that stays (found as a flaky TestPeerTLSAndSecret:
-// a node that ran alone before it reached its seed joined, and the writes
-// acked right after the two met were gone 10 ms later).
-func TestMergeCrossingWordsDropOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		n, nodes := startFakeCluster(t, 1, nil)
-		n.mu.Lock()
-		n.views = map[string]map[string]bool{"node0": {"node0": true}, "node1": {"node1": true}}
-		n.mu.Unlock()
-		nodes = append(nodes, startFakeNode(t, n, "node1", nil)) // runs alone
-		synctest.Wait()
-		before := ownedBy(nodes[0], "node0", "before", 1)[0]
-		setAt(t, n, nodes[0], before, "apart")
-
-		// node0's fence to node1 does not get through; node1's to node0
-		// does, and node0 answers it.
-		n.hang(nodes[1].peer())
-		n.heal()
-		synctest.Wait()
-		cl := nodes[0].srv.cl
-		if got := nodes[0].srv.counters[ctrMergeDrops].Load(); got != 1 {
-			t.Fatalf("node0 dropped what it held %d times on node1's fence, want 1", got)
-		}
-		c0 := dialPipe(t, n, nodes[0].client())
-		if _, hit := rawGetValue(t, c0, before); hit {
-			t.Errorf("node0 serves %s, stored while it owned keys apart from node1", before)
-		}
-		key := ownedBy(nodes[0], "node0", "after", 1)[0]
-		setAt(t, n, nodes[0], key, "acked")
-
-		// node1's answer to node0's fence, had node1 answered it before it
-		// had node0's answer to its own: apart, from the same run.
-		cl.mu.Lock()
-		boot := cl.view.Load().boots["node1"]
-		if !cl.apartFromLocked("node1", boot) {
-			cl.mu.Unlock()
-			t.Fatal("node0 is together with node1 already: the test shows nothing")
-		}
-		cl.hearLocked("node1", boot, false, true)
-		cl.mu.Unlock()
-		if v, hit := rawGetValue(t, c0, key); !hit || v != "acked" {
-			t.Errorf("node0 serves %q (hit %v) for %s, acked after it had node1's word", v, hit, key)
-		}
-		if got := nodes[0].srv.counters[ctrMergeDrops].Load(); got != 1 {
-			t.Errorf("node0 dropped what it held %d times, want 1", got)
-		}
-		n.resume(nodes[1].peer())
-		synctest.Wait()
-		settle(t, nodes)
-	})
-}
-
-// Found by review of cluster.merged (TestMergeCrossingWordsDropOnce), which
-// relies on a member that saw this node go telling it Dead.
+// Found by review of a change (since reverted) that had a node drop once
+// per member run rather than once per apart word.
 //
 // node1's first run leaves node0's view: node0 holds node1 gone under
-// that run (gone[node1] = run 1). node1 restarts while its seeds are out
-// of reach (it runs alone: apart from node0), and only node1's gossip
-// heals; node0's gossip never sees the new run, which enters node0's view
-// through its fence alone. node0 answers that fence, but the answer is
-// lost, so node1 stays apart from node0; node0's own fence (apart) reaches
-// node1, which drops and records merged[node0]. node1 acks "v1".
+// that run. node1 restarts while its seeds are out of reach (it runs
+// alone: apart from node0), and only node1's gossip heals; node0's gossip
+// never sees the new run, which enters node0's view through its fence
+// alone. node0 answers that fence, but the answer is lost, so node1 stays
+// apart from node0; node0's own fence (apart) reaches node1, which drops.
+// node1 acks "v1".
 //
 // node1 never renews its fence (it had no answer), so node0's fence record
 // of node1 lapses after FenceTTL: node0's view loses node1, node0 owns
-// node1's keys again and acks "v2". But gone[node1] still holds run 1
-// (installLocked recorded gone only when it had no entry), so nothing
-// remembered that node1's run 2 was dropped from the view: when node0's
-// gossip finally saw node1, it was neither gone nor returning, and node0
-// told it no Dead. node0's fence said apart, node1 was apart (it never had
-// an answer of node0's), but merged[node0] was node0's run, and node1's
-// view never lacked node0: node1 skipped the drop and served "v1", older
-// than "v2".
-func TestMergedSkipAfterLapseOfFencedRun(t *testing.T) {
+// node1's keys again and acks "v2". When gone held one run per member and
+// kept the first, nothing remembered that node1's run 2 left the view:
+// when node0's gossip saw node1, it was neither gone nor returning, and
+// node0 told it no Dead. With the change, node1 also skipped the drop of
+// node0's second apart word and served "v1", older than "v2".
+func TestRestartedRunApartLapsesThenHeals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var n *fakeNet
 		var arm atomic.Bool
@@ -912,7 +854,7 @@ func TestMergedSkipAfterLapseOfFencedRun(t *testing.T) {
 		// node1's first run goes.
 		nodes[1].srv.Close()
 		synctest.Wait()
-		if b := y.srv.cl.gone["node1"]; b == "" {
+		if len(y.srv.cl.gone["node1"]) == 0 {
 			t.Fatal("node0 does not hold node1's first run gone")
 		}
 		// node1's second run: its seeds out of reach, it runs alone.
@@ -939,9 +881,9 @@ func TestMergedSkipAfterLapseOfFencedRun(t *testing.T) {
 		xc, yc := x.srv.cl, y.srv.cl
 		xc.mu.Lock()
 		yboot := xc.view.Load().boots["node0"]
-		apart, merged := xc.apartFromLocked("node0", yboot), xc.merged["node0"]
+		apart := xc.apartFromLocked("node0", yboot)
 		xc.mu.Unlock()
-		t.Logf("node1: apart from node0 %v, merged %q (node0's run %q)", apart, merged, yboot)
+		t.Logf("node1: apart from node0 %v (node0's run %q)", apart, yboot)
 		if !apart {
 			t.Fatal("node1 is together with node0: the test shows nothing")
 		}
@@ -979,7 +921,7 @@ func TestMergedSkipAfterLapseOfFencedRun(t *testing.T) {
 	})
 }
 
-// Found by the same review, and older than merged: the same stale gone,
+// Found by the same review, and older than that change: the same stale gone,
 // with node1
 // together with node0 (its fence was answered). node1's renewals do not
 // reach node0 for longer than FenceTTL (node0's peer port out of reach
@@ -1039,7 +981,7 @@ func TestFencedRunThatLapsedIsToldDead(t *testing.T) {
 // node1 went before the answer came and is back, returning again, under
 // the same run: the answer from before its latest departure neither
 // clears returning (node1 may not have been told of the second time) nor
-// makes the two together (review of cluster.merged).
+// makes the two together (the same review).
 func TestLateAnswerKeepsReturning(t *testing.T) {
 	tests := []struct {
 		name              string
@@ -1070,5 +1012,340 @@ func TestLateAnswerKeepsReturning(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// Found by a second review, of the fix that recorded gone under the run the
+// view had, one run per member (goneRuns since).
+//
+// node1's first run (A) entered node0's view by its fence alone (node0's
+// gossip did not see it) and crashed; its fence record at node0 lives on
+// for FenceTTL. node1 restarts at once (run B) and node0's gossip sees B,
+// but B's fence is Known, so it records nothing: node0's view keeps A's
+// fence meta for node1 (effectiveLocked prefers a fence of another run).
+// node0's gossip then drops node1 (B's run, as gossip had it): tellReturning
+// records gone[node1] = B. node0's view still holds node1 through A's
+// fence until A lapses; then installLocked overwrites gone[node1] with the
+// view's run, A, a run that is dead for good. node0 owns node1's keys and
+// acks "v2", after B had acked "v1" (B's view never lacked node0). When
+// node0's gossip sees B again, B is not gone, so no one tells it Dead;
+// only node0 was apart, so no one drops: B serves "v1".
+func TestGoneKeepsRunGossipSawGoOverLapsedStaleFence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 1, nil)
+		y := nodes[0]
+		yc := y.srv.cl
+		cfg := yc.cfg
+		n.mu.Lock()
+		n.views = map[string]map[string]bool{"node0": {"node0": true}}
+		n.mu.Unlock()
+		a := startFakeNode(t, n, "node1", nil) // run A: node0's gossip does not see it
+		synctest.Wait()
+		settle(t, []*fakeNode{y, a})
+		yc.mu.Lock()
+		fencedA := yc.fenced["node1"].meta.Boot == a.srv.cl.boot
+		yc.mu.Unlock()
+		if !fencedA {
+			t.Fatal("node0 does not hold run A by its fence")
+		}
+		a.srv.Close() // crashes; its fence record at node0 lives on
+		synctest.Wait()
+
+		n.setView("node0")                     // node0's gossip sees node1 from now on
+		x := startFakeNode(t, n, "node1", nil) // run B
+		synctest.Wait()
+		settle(t, []*fakeNode{y, x})
+		xc := x.srv.cl
+		yc.mu.Lock()
+		t.Logf("node0's view has node1 under run %q; A %q, B %q", yc.view.Load().boots["node1"], a.srv.cl.boot, xc.boot)
+		yc.mu.Unlock()
+		key := ownedBy(x, "node1", "stale", 1)[0]
+		setAt(t, n, x, key, "v1")
+
+		n.setView("node0", "node0") // node0's gossip loses node1 (B)
+		synctest.Wait()
+		yc.mu.Lock()
+		t.Logf("after gossip lost node1: gone[node1] %q, view has node1 %v", yc.gone["node1"], yc.view.Load().ring.Has("node1"))
+		yc.mu.Unlock()
+		time.Sleep(cfg.FenceTTL + cfg.FenceTTL/4 + cfg.OwnerGrace + 5*time.Second) // A lapses, then the owner grace
+		synctest.Wait()
+		if got := yc.view.Load().ring.Owner(key); got != "node0" {
+			t.Fatalf("node0's view gives %s to %s, want node0", key, got)
+		}
+		yc.mu.Lock()
+		gone := yc.gone["node1"]
+		yc.mu.Unlock()
+		t.Logf("after A lapsed: gone[node1] %q (B is %q)", gone, xc.boot)
+		setAt(t, n, y, key, "v2") // acked after v1
+
+		n.heal()
+		synctest.Wait()
+		settle(t, []*fakeNode{y, x})
+		for _, nd := range []*fakeNode{y, x} {
+			c := dialPipe(t, n, nd.client())
+			if v, hit := rawGetValue(t, c, key); hit && v == "v1" {
+				t.Errorf("%s serves %q, older than v2 acked by node0", nd.name, v)
+			}
+		}
+		t.Logf("merge drops: node0 %d, node1 %d; declared dead: node0 %d, node1 %d",
+			y.srv.counters[ctrMergeDrops].Load(), x.srv.counters[ctrMergeDrops].Load(),
+			y.srv.counters[ctrDeclaredDead].Load(), x.srv.counters[ctrDeclaredDead].Load())
+	})
+}
+
+// laggingGossip is a node's gossip that can lag: while frozen, the node
+// gets no new ring and the metas it had when frozen (memberlist that has
+// not yet seen a member's old run die, nor its new run's meta).
+type laggingGossip struct {
+	membership
+	mu       sync.Mutex
+	onChange func(*ring.Ring)
+	frozen   map[string]peers.Meta // nil when not frozen
+	pending  *ring.Ring
+}
+
+func lagGossip(n *fakeNet, lg **laggingGossip) func(*Config) {
+	return func(cfg *Config) {
+		cfg.Cluster.join = func(pc peers.Config, onChange func(*ring.Ring)) (membership, error) {
+			g := &laggingGossip{onChange: onChange}
+			*lg = g
+			m, err := n.join(pc, g.change)
+			g.membership = m
+			return g, err
+		}
+	}
+}
+
+func (g *laggingGossip) change(r *ring.Ring) {
+	g.mu.Lock()
+	if g.frozen != nil {
+		g.pending = r
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	g.onChange(r)
+}
+
+func (g *laggingGossip) Meta(id string) (peers.Meta, bool) {
+	g.mu.Lock()
+	if g.frozen != nil {
+		m, ok := g.frozen[id]
+		g.mu.Unlock()
+		return m, ok
+	}
+	g.mu.Unlock()
+	return g.membership.Meta(id)
+}
+
+func (g *laggingGossip) freeze(ids ...string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.frozen = make(map[string]peers.Meta)
+	for _, id := range ids {
+		if m, ok := g.membership.Meta(id); ok {
+			g.frozen[id] = m
+		}
+	}
+}
+
+// thaw delivers the latest ring, with metas of now.
+func (g *laggingGossip) thaw() {
+	g.mu.Lock()
+	r := g.pending
+	g.frozen, g.pending = nil, nil
+	g.mu.Unlock()
+	if r != nil {
+		g.onChange(r)
+	}
+}
+
+// A run replaced in the view without its member leaving the ring.
+//
+// node1 restarts (run A, then B) while node0's gossip lags: it still has
+// node1 under A's meta. B's fence puts B in node0's view (the fence wins
+// over gossip's meta of another run). B's renewals stop reaching node0
+// (node0's peer port out of reach from node1) and B's fence lapses:
+// effectiveLocked falls back to gossip's meta, and node0's view holds
+// node1 under run A again. node1 never left node0's ring, so nothing
+// records that node0's view lost B. Then node0's gossip declares node1
+// dead (A, whose address does not answer): gone[node1] = A, from
+// tellReturning and from installLocked alike. node0 owns node1's keys and
+// acks "v2" after B acked "v1" (B's view never lacked node0). When node0's
+// gossip sees B, B is not gone: no Dead; only node0 was apart: no drop. B
+// serves "v1".
+func TestRestartedRunReplacedInViewIsToldDead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var lg *laggingGossip
+		y := startFakeNode(t, n, "node0", lagGossip(n, &lg))
+		a := startFakeNode(t, n, "node1", nil) // run A
+		settle(t, []*fakeNode{y, a})
+		yc := y.srv.cl
+		cfg := yc.cfg
+
+		lg.freeze("node0", "node1") // node0's gossip holds node1 under A from now on
+		a.srv.Close()
+		synctest.Wait()
+		x := startFakeNode(t, n, "node1", nil) // run B; its gossip sees node0
+		synctest.Wait()
+		settle(t, []*fakeNode{y, x})
+		xc := x.srv.cl
+		yc.mu.Lock()
+		inView := yc.view.Load().boots["node1"]
+		yc.mu.Unlock()
+		if inView != xc.boot {
+			t.Fatalf("node0's view holds node1 under %q, want B %q", inView, xc.boot)
+		}
+		key := ownedBy(x, "node1", "stale", 1)[0]
+		setAt(t, n, x, key, "v1")
+
+		n.hang("peer:node0") // B's renewals are lost
+		time.Sleep(cfg.FenceTTL + cfg.FenceTTL/4 + time.Second)
+		synctest.Wait()
+		yc.mu.Lock()
+		inView = yc.view.Load().boots["node1"]
+		yc.mu.Unlock()
+		t.Logf("B's fence lapsed: node0's view holds node1 under %q (A %q, B %q)", inView, a.srv.cl.boot, xc.boot)
+
+		// node0's gossip declares node1 (A, to it) dead.
+		n.setView("node0", "node0")
+		lg.thaw()
+		synctest.Wait()
+		time.Sleep(cfg.OwnerGrace + 5*time.Second)
+		synctest.Wait()
+		if got := yc.view.Load().ring.Owner(key); got != "node0" {
+			t.Fatalf("node0's view gives %s to %s, want node0", key, got)
+		}
+		yc.mu.Lock()
+		gone := yc.gone["node1"]
+		yc.mu.Unlock()
+		t.Logf("node0 holds node1 gone under %q (A %q, B %q)", gone, a.srv.cl.boot, xc.boot)
+		setAt(t, n, y, key, "v2") // acked after v1
+
+		n.resume("peer:node0")
+		n.heal()
+		synctest.Wait()
+		settle(t, []*fakeNode{y, x})
+		for _, nd := range []*fakeNode{y, x} {
+			c := dialPipe(t, n, nd.client())
+			if v, hit := rawGetValue(t, c, key); hit && v == "v1" {
+				t.Errorf("%s serves %q, older than v2 acked by node0", nd.name, v)
+			}
+		}
+		t.Logf("merge drops: node0 %d, node1 %d; declared dead: node0 %d, node1 %d",
+			y.srv.counters[ctrMergeDrops].Load(), x.srv.counters[ctrMergeDrops].Load(),
+			y.srv.counters[ctrDeclaredDead].Load(), x.srv.counters[ctrDeclaredDead].Load())
+	})
+}
+
+// returning never settles when the view whose fence carried Dead is
+// replaced before the fence is answered, by a view that does not fence
+// the member (a join elsewhere: no gains, the member neither entering nor
+// pending, as its word came in its own fence). node0 then answers every
+// fence of node1's run with Dead for as long as node1 stays in its view:
+// each of node1's renewals, and, an hour later, the fence of node1's next
+// view that gains keys, drops everything node1 held, writes it acked long
+// after the heal included.
+func TestHealReturningSettles(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n *fakeNet
+		var arm atomic.Bool
+		n, nodes := startFakeCluster(t, 2, func(cfg *Config) {
+			if cfg.Cluster.Peers.Name != "node0" {
+				return
+			}
+			cfg.Now = func() time.Time {
+				// Inside node0's onFence: node0's own fences to node1 are lost
+				// from now on.
+				if arm.Load() && inOnFence() && arm.CompareAndSwap(true, false) {
+					n.hang("peer:node1")
+				}
+				return time.Now()
+			}
+		})
+		n.split("node0")
+		synctest.Wait()
+		time.Sleep(time.Minute)
+		arm.Store(true)
+		n.heal("node1") // node1's gossip heals first; its fence brings it back to node0
+		synctest.Wait()
+		if arm.Load() {
+			t.Fatal("node0 never got node1's fence")
+		}
+		time.Sleep(100 * time.Millisecond)
+		// node2 joins, seen by node0 (its gossip still lags on node1).
+		n.mu.Lock()
+		n.views["node0"]["node2"] = true
+		n.views["node2"] = map[string]bool{"node0": true, "node2": true}
+		n.mu.Unlock()
+		nodes = append(nodes, startFakeNode(t, n, "node2", nil))
+		synctest.Wait()
+		time.Sleep(time.Second)
+		n.resume("peer:node1")
+		synctest.Wait()
+		y := nodes[0].srv.cl
+		y.mu.Lock()
+		ret := y.returning["node1"]
+		y.mu.Unlock()
+		t.Logf("node0 returning[node1] = %q; node1 declared dead %d", ret, nodes[1].srv.counters[ctrDeclaredDead].Load())
+
+		n.heal()
+		synctest.Wait()
+		settle(t, nodes)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		before := nodes[1].srv.counters[ctrDeclaredDead].Load()
+		time.Sleep(time.Hour) // settled, for an hour
+		key := ownedBy(nodes[1], "node1", "late", 1)[0]
+		setAt(t, n, nodes[1], key, "acked")
+		nodes[2].srv.Close() // node1's view gains keys: it fences node0
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		y.mu.Lock()
+		ret = y.returning["node1"]
+		y.mu.Unlock()
+		if got := nodes[1].srv.counters[ctrDeclaredDead].Load(); got != before {
+			t.Errorf("node1 was told it was declared dead %d more times, an hour after the heal (node0 returning[node1] = %q)", got-before, ret)
+		}
+		c := dialPipe(t, n, nodes[1].client())
+		if _, hit := rawGetValue(t, c, key); !hit {
+			t.Logf("node1 lost %s, acked an hour after the heal", key)
+		}
+	})
+}
+
+// TestGoneRuns: a member's runs seen go are kept, the latest maxGoneRuns,
+// and one that comes back is taken out, the others staying.
+func TestGoneRuns(t *testing.T) {
+	g := make(goneRuns)
+	g.add("n", "")
+	if len(g) != 0 {
+		t.Fatalf("an empty run was recorded: %v", g)
+	}
+	for _, b := range []string{"r1", "r2", "r2", "r3", "r4", "r5"} {
+		g.add("n", b)
+	}
+	tests := []struct {
+		boot string
+		has  bool
+	}{{"r1", false}, {"r2", true}, {"r3", true}, {"r4", true}, {"r5", true}, {"r6", false}}
+	for _, tt := range tests {
+		if got := g.has("n", tt.boot); got != tt.has {
+			t.Errorf("has(%s) = %v, want %v (runs %v)", tt.boot, got, tt.has, g["n"])
+		}
+	}
+	if !g.take("n", "r3") || g.has("n", "r3") || !g.has("n", "r2") || !g.has("n", "r5") {
+		t.Errorf("take r3: runs %v", g["n"])
+	}
+	if g.take("n", "r3") || g.take("other", "r2") {
+		t.Error("took a run that was not gone")
+	}
+	for _, b := range []string{"r2", "r4", "r5"} {
+		g.take("n", b)
+	}
+	if _, ok := g["n"]; ok {
+		t.Errorf("no run left, but the member is still there: %v", g)
 	}
 }

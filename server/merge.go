@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -52,18 +53,6 @@ import (
 //     while the member is out of the view, is no word for its return.
 //   - A view installed for another reason (a join, a leave) while a word
 //     is awaited holds as the one before did, and the wait runs on.
-//   - Both fences cross: each node's word reaches the other twice, in its
-//     fence and in its answer, both saying apart (neither had the other's
-//     answer yet). The node drops on the first only (merged): it owns its
-//     keys once that word is in and acks writes, which a second drop
-//     would lose (found as a flaky test: writes acked right after two
-//     nodes met were gone 10 ms later). The second word tells it nothing
-//     new. A member sends its word only with this node in its view (a
-//     fence's receiver installs the sender before it answers), after the
-//     writes it acked without it; to own keys apart from this node again
-//     it must install a view without it, and then tells it Dead on its
-//     return (returning). This node's own apartness comes back only with
-//     a view without the member, which forgets merged.
 
 // apartFromLocked reports whether this node may have owned keys in a view
 // without member id's run boot since that run last answered its fence.
@@ -94,11 +83,10 @@ func (cl *cluster) hearLocked(id, boot string, dead, apart bool) {
 	switch {
 	case dead:
 		cl.onDeclaredDead([]byte(cl.boot))
-	case apart && cl.apartFromLocked(id, boot) && cl.merged[id] != boot:
+	case apart && cl.apartFromLocked(id, boot):
 		cl.log.Warn("a member owned keys apart from this node while this node did without it; dropping every item it held", "member", id)
 		cl.srv.counters[ctrMergeDrops].Add(1)
 		cl.dropAll()
-		cl.merged[id] = boot
 	}
 	cl.heard[id] = boot
 	delete(cl.wordDue, id)
@@ -173,4 +161,50 @@ func (v *view) holding() bool {
 	default:
 		return true
 	}
+}
+
+// goneRuns holds, per member, the runs this node saw go (out of gossip's
+// ring or out of its view, or replaced in its view by another run), the
+// latest maxGoneRuns of each, oldest first. A member whose run comes back
+// (a partition healed, a pause ended, a fence lapsed) is told it was
+// declared dead. Several runs, not one: a member's runs can leave in an
+// order that is not the order they ran (a restart's fence ahead of
+// lagging gossip, whose older run leaves after), and a single entry
+// overwritten by the wrong one let the run that came back go untold
+// (found by review).
+type goneRuns map[string][]string
+
+// maxGoneRuns bounds a member's runs kept: a run older than the latest
+// few has been replaced many times over and does not come back.
+const maxGoneRuns = 4
+
+// add records member id's run boot as gone ("" is none).
+func (g goneRuns) add(id, boot string) {
+	if boot == "" || g.has(id, boot) {
+		return
+	}
+	runs := append(g[id], boot)
+	if len(runs) > maxGoneRuns {
+		runs = runs[len(runs)-maxGoneRuns:]
+	}
+	g[id] = runs
+}
+
+// has reports whether member id's run boot is gone.
+func (g goneRuns) has(id, boot string) bool { return slices.Contains(g[id], boot) }
+
+// take forgets member id's run boot, which has come back, and reports
+// whether it was gone.
+func (g goneRuns) take(id, boot string) bool {
+	runs := g[id]
+	i := slices.Index(runs, boot)
+	if i < 0 {
+		return false
+	}
+	if runs = slices.Delete(runs, i, i+1); len(runs) == 0 {
+		delete(g, id)
+	} else {
+		g[id] = runs
+	}
+	return true
 }

@@ -169,22 +169,17 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 	if old := cl.gossip; old != nil {
 		for _, n := range old.Nodes() {
 			if !r.Has(n.ID) && n.ID != cl.id {
-				// The run gossip saw go, not a later one this node
-				// learned of from its fence.
-				cl.gone[n.ID] = cl.gossipBoots[n.ID]
+				// The run gossip saw go, besides any this node's view
+				// held (a later one it learned of from its fence).
+				cl.gone.add(n.ID, cl.gossipBoots[n.ID])
 			}
 		}
 	}
 	var back []peers.Meta
 	for _, n := range r.Nodes() {
-		b, wasGone := cl.gone[n.ID]
-		if !wasGone {
-			continue
-		}
-		delete(cl.gone, n.ID)
-		if m, ok := cl.peers.Meta(n.ID); ok && m.Boot != "" && m.Boot == b {
+		if m, ok := cl.peers.Meta(n.ID); ok && m.Boot != "" && cl.gone.take(n.ID, m.Boot) {
 			back = append(back, m)
-			cl.returning[n.ID] = b
+			cl.returning[n.ID] = m.Boot
 		}
 	}
 	cl.mu.Unlock()
@@ -239,8 +234,7 @@ func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers
 	}
 	for id, f := range cl.fenced {
 		gb, inGossip := gossipBoot[id]
-		b, gone := cl.gone[id]
-		if (inGossip && gb == f.meta.Boot) || (gone && b == f.meta.Boot) || now.Sub(f.at) > cl.cfg.FenceTTL {
+		if (inGossip && gb == f.meta.Boot) || cl.gone.has(id, f.meta.Boot) || now.Sub(f.at) > cl.cfg.FenceTTL {
 			delete(cl.fenced, id)
 			continue
 		}
@@ -276,6 +270,18 @@ func (cl *cluster) installLocked() {
 		}
 		cl.boots[id] = m.Boot
 	}
+	if !cl.leaving {
+		for id := range back {
+			// A run replaced in the view while the member stays in the
+			// ring (a restart's fence ahead of lagging gossip, that
+			// fence's lapse back to gossip's older run): this node may
+			// own its keys without it later, and it may come back
+			// (found by review).
+			if b := old.boots[id]; b != "" && b != metas[id].Boot {
+				cl.gone.add(id, b)
+			}
+		}
+	}
 	if cl.hist.Load() != nil && sameMembers(old.ring, r) && !restarted {
 		return
 	}
@@ -286,13 +292,13 @@ func (cl *cluster) installLocked() {
 		}
 		// Out of the view for any reason, a fence's lapse included: this
 		// node takes its keys, as if gossip had seen it go. The run the
-		// view had is the one to tell Dead when it comes back, whatever
-		// an earlier run left in gone: kept, that run's entry matched no
-		// later return, and a restarted member that entered the view by
-		// its fence alone, then lapsed, came back told nothing and served
-		// what this node had overwritten (found by review).
-		if b := old.boots[n.ID]; b != "" && !cl.leaving {
-			cl.gone[n.ID] = b
+		// view had is told Dead when it comes back, and so is any other
+		// run of the member gone before: when gone held one run per
+		// member, a restarted member that entered the view by its fence
+		// alone, then lapsed, came back told nothing and served what this
+		// node had overwritten (found by review).
+		if !cl.leaving {
+			cl.gone.add(n.ID, old.boots[n.ID])
 		}
 		delete(cl.together, n.ID)
 		cl.lackedAt[n.ID] = cl.installs
@@ -300,14 +306,11 @@ func (cl *cluster) installLocked() {
 	// Forgotten for the members out of the ring:
 	//   - heard: a word had while out of the view is no word for its
 	//     return (a late answer, found by review);
-	//   - merged: a view without it may have had this node own its keys
-	//     apart from it again;
 	//   - wordDue: its return waits anew (TestHealWordWaitRestartsOnReturn);
 	//   - returning: out of the ring again before a fence told it, gossip
 	//     dropped it (gone holds it anew, and its return marks it again),
 	//     or it is another run now (nothing to tell).
 	forgetOutOf(r, cl.heard)
-	forgetOutOf(r, cl.merged)
 	forgetOutOf(r, cl.wordDue)
 	forgetOutOf(r, cl.returning)
 	nv := &view{ring: r, clients: make(map[string]*wire.Client), byHash: make(map[uint64]string),
