@@ -102,8 +102,7 @@ func (cl *cluster) settle(v *view) {
 		// (a join) replaced the one whose Dead fence was lost, and left it
 		// told by a reply only, so told again at its next gain, an hour
 		// on, losing what it had acked since (found by review).
-		_, returning := cl.returning[id]
-		if !v.gains && !v.entering[id] && !v.pending[id] && !returning {
+		if !v.gains && !v.entering[id] && !v.pending[id] && !cl.returningLocked(id) {
 			continue // only the word on owning apart is due (merge.go)
 		}
 		payload, dead := cl.fenceForLocked(v, id, cl.boots[id])
@@ -201,7 +200,28 @@ func (cl *cluster) settle(v *view) {
 		}
 	}
 	cl.settled = v.ring
-	close(v.done)
+	select {
+	case <-v.done: // closed at install: only returning members were told
+	default:
+		close(v.done)
+	}
+}
+
+// returningLocked reports whether member id's run in this node's view is
+// returning: this node's fences tell it it was declared dead. mu held.
+func (cl *cluster) returningLocked(id string) bool {
+	b, ok := cl.returning[id]
+	return ok && b == cl.boots[id]
+}
+
+// returningInLocked reports whether a member of v is returning. mu held.
+func (cl *cluster) returningInLocked(v *view) bool {
+	for id := range v.clients {
+		if cl.returningLocked(id) {
+			return true
+		}
+	}
+	return false
 }
 
 // answered takes member id's answer to a fence sent at install count

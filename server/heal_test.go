@@ -893,7 +893,7 @@ func TestRestartedRunApartLapsesThenHeals(t *testing.T) {
 		if !inView {
 			t.Fatal("node0's view lacks node1 after its fence")
 		}
-		t.Logf("node0 holds node1 gone under %q, node1's run is %q", gone, xc.boot)
+		t.Logf("node0 holds node1 gone under %v, node1's run is %q", gone, xc.boot)
 
 		key := ownedBy(x, "node1", "stale", 1)[0]
 		setAt(t, n, x, key, "v1")
@@ -1065,7 +1065,7 @@ func TestGoneKeepsRunGossipSawGoOverLapsedStaleFence(t *testing.T) {
 		n.setView("node0", "node0") // node0's gossip loses node1 (B)
 		synctest.Wait()
 		yc.mu.Lock()
-		t.Logf("after gossip lost node1: gone[node1] %q, view has node1 %v", yc.gone["node1"], yc.view.Load().ring.Has("node1"))
+		t.Logf("after gossip lost node1: gone[node1] %v, view has node1 %v", yc.gone["node1"], yc.view.Load().ring.Has("node1"))
 		yc.mu.Unlock()
 		time.Sleep(cfg.FenceTTL + cfg.FenceTTL/4 + cfg.OwnerGrace + 5*time.Second) // A lapses, then the owner grace
 		synctest.Wait()
@@ -1075,7 +1075,7 @@ func TestGoneKeepsRunGossipSawGoOverLapsedStaleFence(t *testing.T) {
 		yc.mu.Lock()
 		gone := yc.gone["node1"]
 		yc.mu.Unlock()
-		t.Logf("after A lapsed: gone[node1] %q (B is %q)", gone, xc.boot)
+		t.Logf("after A lapsed: gone[node1] %v (B is %q)", gone, xc.boot)
 		setAt(t, n, y, key, "v2") // acked after v1
 
 		n.heal()
@@ -1220,7 +1220,7 @@ func TestRestartedRunReplacedInViewIsToldDead(t *testing.T) {
 		yc.mu.Lock()
 		gone := yc.gone["node1"]
 		yc.mu.Unlock()
-		t.Logf("node0 holds node1 gone under %q (A %q, B %q)", gone, a.srv.cl.boot, xc.boot)
+		t.Logf("node0 holds node1 gone under %v (A %q, B %q)", gone, a.srv.cl.boot, xc.boot)
 		setAt(t, n, y, key, "v2") // acked after v1
 
 		n.resume("peer:node0")
@@ -1316,36 +1316,227 @@ func TestHealReturningSettles(t *testing.T) {
 	})
 }
 
-// TestGoneRuns: a member's runs seen go are kept, the latest maxGoneRuns,
-// and one that comes back is taken out, the others staying.
+// TestGoneRuns: a member's runs seen go are kept for goneRunTTL, at most
+// maxGoneRuns, and one that comes back is taken out, the others staying.
 func TestGoneRuns(t *testing.T) {
+	t0 := time.Unix(1e9, 0)
 	g := make(goneRuns)
-	g.add("n", "")
+	g.add("n", "", t0)
 	if len(g) != 0 {
 		t.Fatalf("an empty run was recorded: %v", g)
 	}
-	for _, b := range []string{"r1", "r2", "r2", "r3", "r4", "r5"} {
-		g.add("n", b)
+	for i, b := range []string{"r1", "r2", "r2", "r3", "r4", "r5"} {
+		g.add("n", b, t0.Add(time.Duration(i)*time.Hour))
 	}
+	g.add("n", "r6", t0.Add(goneRunTTL+90*time.Minute)) // r1 and r2 are older than the TTL
 	tests := []struct {
 		boot string
 		has  bool
-	}{{"r1", false}, {"r2", true}, {"r3", true}, {"r4", true}, {"r5", true}, {"r6", false}}
+	}{{"r1", false}, {"r2", false}, {"r3", true}, {"r4", true}, {"r5", true}, {"r6", true}, {"r7", false}}
 	for _, tt := range tests {
 		if got := g.has("n", tt.boot); got != tt.has {
 			t.Errorf("has(%s) = %v, want %v (runs %v)", tt.boot, got, tt.has, g["n"])
 		}
 	}
-	if !g.take("n", "r3") || g.has("n", "r3") || !g.has("n", "r2") || !g.has("n", "r5") {
-		t.Errorf("take r3: runs %v", g["n"])
+	if !g.take("n", "r4") || g.has("n", "r4") || !g.has("n", "r3") || !g.has("n", "r5") {
+		t.Errorf("take r4: runs %v", g["n"])
 	}
-	if g.take("n", "r3") || g.take("other", "r2") {
+	if g.take("n", "r4") || g.take("other", "r3") {
 		t.Error("took a run that was not gone")
 	}
-	for _, b := range []string{"r2", "r4", "r5"} {
+	for _, b := range []string{"r3", "r5", "r6"} {
 		g.take("n", b)
 	}
 	if _, ok := g["n"]; ok {
 		t.Errorf("no run left, but the member is still there: %v", g)
+	}
+	for i := range maxGoneRuns + 10 { // a crash loop: the oldest go first
+		g.add("loop", fmt.Sprint(i), t0)
+	}
+	if len(g["loop"]) != maxGoneRuns || g.has("loop", "9") || !g.has("loop", "10") {
+		t.Errorf("a crash loop kept %d runs (want %d), the 10 oldest forgotten: has 9 %v, has 10 %v",
+			len(g["loop"]), maxGoneRuns, g.has("loop", "9"), g.has("loop", "10"))
+	}
+}
+
+// Found by a third review: node2 joins while node0's Dead fence to the
+// returning node1 is lost, and leaves before node1's peer port is back.
+// node0's view after node2 left had nothing to hand off and started no
+// fence, so node1 was told Dead only at its next gain, an hour on, and
+// dropped what it had acked since.
+func TestReturningSettlesAfterJoinAndLeave(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n *fakeNet
+		var arm atomic.Bool
+		n, nodes := startFakeCluster(t, 2, func(cfg *Config) {
+			if cfg.Cluster.Peers.Name != "node0" {
+				return
+			}
+			cfg.Now = func() time.Time {
+				if arm.Load() && inOnFence() && arm.CompareAndSwap(true, false) {
+					n.hang("peer:node1")
+				}
+				return time.Now()
+			}
+		})
+		n.split("node0")
+		synctest.Wait()
+		time.Sleep(time.Minute)
+		arm.Store(true)
+		n.heal("node1") // node1's gossip heals first; its fence brings it back to node0
+		synctest.Wait()
+		if arm.Load() {
+			t.Fatal("node0 never got node1's fence")
+		}
+		time.Sleep(100 * time.Millisecond)
+		// node2 joins, seen by node0 (its gossip still lags on node1) ...
+		n.mu.Lock()
+		n.views["node0"]["node2"] = true
+		n.views["node2"] = map[string]bool{"node0": true, "node2": true}
+		n.mu.Unlock()
+		z := startFakeNode(t, n, "node2", nil)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		// ... and leaves before node1's peer port is back.
+		z.srv.Close()
+		synctest.Wait()
+		time.Sleep(time.Second)
+		n.resume("peer:node1")
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		y := nodes[0].srv.cl
+		y.mu.Lock()
+		ret := y.returning["node1"]
+		y.mu.Unlock()
+		t.Logf("node0 returning[node1] = %q after node1's peer port is back", ret)
+
+		n.heal()
+		synctest.Wait()
+		settle(t, nodes)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		before := nodes[1].srv.counters[ctrDeclaredDead].Load()
+		time.Sleep(time.Hour) // settled, for an hour
+		// A key node1 owns with node3 in the ring too: one that moved to
+		// node3 and back would be a miss of its own (the view history).
+		var key string
+		for _, k := range ownedBy(nodes[1], "node1", "late", 50) {
+			if ringOf("node0", "node1", "node3").Owner(k) == "node1" {
+				key = k
+				break
+			}
+		}
+		setAt(t, n, nodes[1], key, "acked")
+		// node1's view gains keys: node3 joins and leaves.
+		w := startFakeNode(t, n, "node3", nil)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		w.srv.Close()
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		y.mu.Lock()
+		ret = y.returning["node1"]
+		y.mu.Unlock()
+		if got := nodes[1].srv.counters[ctrDeclaredDead].Load(); got != before {
+			t.Errorf("node1 was told it was declared dead %d more times, an hour after the heal (node0 returning[node1] = %q)", got-before, ret)
+		}
+		c := dialPipe(t, n, nodes[1].client())
+		if _, hit := rawGetValue(t, c, key); !hit {
+			t.Errorf("node1 lost %s, acked an hour after the heal", key)
+		}
+	})
+}
+
+// startFakeNodeAt starts a node named name whose client and peer
+// addresses are addr's, as a rescheduled pod under the same name has.
+func startFakeNodeAt(t *testing.T, n *fakeNet, name, addr string) *fakeNode {
+	t.Helper()
+	nd := &fakeNode{name: addr}
+	ln, pln := n.listen(nd.client()), n.listen(nd.peer())
+	cfg := Config{
+		Logger: quietLogger(),
+		Cluster: &ClusterConfig{
+			Peers: peers.Config{Name: name, Meta: peers.Meta{Client: nd.client(), Peer: nd.peer()}},
+			join:  n.join,
+			dial:  n.dial,
+		},
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.srv = srv
+	go srv.Serve(ln)
+	go srv.ServePeers(pln)
+	t.Cleanup(func() { srv.Close() })
+	return nd
+}
+
+// Found by the same review: node1's run X is cut off and declared dead
+// while it lives on (a pod rescheduled under its name); its replacement
+// restarts several times, each run entering node0's view and leaving it.
+// When gone kept the latest 4 runs (before that, 1), X fell out of it and
+// came back told nothing, serving what node0 had overwritten.
+func TestZombieRunOutlivesItsReplacements(t *testing.T) {
+	for _, runs := range []int{1, 3, 4} {
+		t.Run(fmt.Sprintf("%d runs between", runs), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n, nodes := startFakeCluster(t, 2, nil)
+				y, x := nodes[0], nodes[1]
+				yc := y.srv.cl
+				cfg := yc.cfg
+				key := ownedBy(x, "node1", "zombie", 1)[0]
+				setAt(t, n, x, key, "v1")
+
+				// X is cut off: node0's gossip loses it, X's own gossip hears
+				// nothing more (its view keeps node0).
+				n.mu.Lock()
+				xm := n.members["node1"]
+				delete(n.members, "node1")
+				n.publishLocked()
+				n.mu.Unlock()
+				synctest.Wait()
+
+				// node1's replacement runs, one after another, each in
+				// node0's view and gone again.
+				for i := range runs {
+					r := startFakeNodeAt(t, n, "node1", fmt.Sprintf("node1-r%d", i))
+					synctest.Wait()
+					settle(t, []*fakeNode{y, r})
+					r.srv.Close()
+					synctest.Wait()
+				}
+				// A replacement's fence record may outlive it (FenceTTL),
+				// then the owner grace.
+				time.Sleep(cfg.FenceTTL + cfg.FenceTTL/4 + cfg.OwnerGrace + 5*time.Second)
+				synctest.Wait()
+				if got := yc.view.Load().ring.Owner(key); got != "node0" {
+					t.Fatalf("node0's view gives %s to %s, want node0", key, got)
+				}
+				setAt(t, n, y, key, "v2") // acked after v1
+				yc.mu.Lock()
+				t.Logf("node0 gone[node1] = %v, X is %q", yc.gone["node1"], x.srv.cl.boot)
+				yc.mu.Unlock()
+
+				// X comes back.
+				n.mu.Lock()
+				n.members["node1"] = xm
+				n.publishLocked()
+				n.mu.Unlock()
+				synctest.Wait()
+				time.Sleep(time.Second)
+				synctest.Wait()
+				settle(t, []*fakeNode{y, x})
+				for _, nd := range []*fakeNode{y, x} {
+					c := dialPipe(t, n, nd.client())
+					if v, hit := rawGetValue(t, c, key); hit && v == "v1" {
+						t.Errorf("%s serves %q, older than v2 acked by node0", nd.name, v)
+					}
+				}
+				t.Logf("X: declared dead %d, merge drops %d", x.srv.counters[ctrDeclaredDead].Load(), x.srv.counters[ctrMergeDrops].Load())
+			})
+		})
 	}
 }

@@ -164,26 +164,44 @@ func (v *view) holding() bool {
 }
 
 // goneRuns holds, per member, the runs this node saw go (out of gossip's
-// ring or out of its view, or replaced in its view by another run), the
-// latest maxGoneRuns of each, oldest first. A member whose run comes back
-// (a partition healed, a pause ended, a fence lapsed) is told it was
-// declared dead. Several runs, not one: a member's runs can leave in an
-// order that is not the order they ran (a restart's fence ahead of
-// lagging gossip, whose older run leaves after), and a single entry
-// overwritten by the wrong one let the run that came back go untold
-// (found by review).
-type goneRuns map[string][]string
+// ring or out of its view, or replaced in its view by another run), for
+// goneRunTTL, oldest first. A member whose run comes back (a partition
+// healed, a pause ended, a fence lapsed) is told it was declared dead.
+// Several runs, not one: a member's runs can leave in an order that is not
+// the order they ran (a restart's fence ahead of lagging gossip, whose
+// older run leaves after), and a single entry overwritten by the wrong one
+// let the run that came back go untold. For a time, not a count: a run
+// declared dead need not have ended (a pod rescheduled under its name
+// while the old one is cut off), and its replacement's restarts pushed it
+// out of a count (both found by review).
+type goneRuns map[string][]goneRun
 
-// maxGoneRuns bounds a member's runs kept: a run older than the latest
-// few has been replaced many times over and does not come back.
-const maxGoneRuns = 4
+type goneRun struct {
+	boot string
+	at   time.Time
+}
 
-// add records member id's run boot as gone ("" is none).
-func (g goneRuns) add(id, boot string) {
+// goneRunTTL is how long a run seen go is remembered: as long as every node
+// tries the members declared dead again (peers' reconnect), after which a
+// partition's two sides do not merge again by themselves.
+const goneRunTTL = 24 * time.Hour
+
+// maxGoneRuns bounds a member's runs kept, the memory of a crash loop:
+// at this many, the oldest is forgotten first.
+const maxGoneRuns = 1024
+
+// add records member id's run boot as gone at now ("" is none), and
+// forgets the member's runs gone for longer than goneRunTTL.
+func (g goneRuns) add(id, boot string, now time.Time) {
 	if boot == "" || g.has(id, boot) {
 		return
 	}
-	runs := append(g[id], boot)
+	runs := g[id]
+	i := 0
+	for i < len(runs) && now.Sub(runs[i].at) > goneRunTTL {
+		i++
+	}
+	runs = append(runs[i:], goneRun{boot, now})
 	if len(runs) > maxGoneRuns {
 		runs = runs[len(runs)-maxGoneRuns:]
 	}
@@ -191,17 +209,20 @@ func (g goneRuns) add(id, boot string) {
 }
 
 // has reports whether member id's run boot is gone.
-func (g goneRuns) has(id, boot string) bool { return slices.Contains(g[id], boot) }
+func (g goneRuns) has(id, boot string) bool { return g.index(id, boot) >= 0 }
+
+func (g goneRuns) index(id, boot string) int {
+	return slices.IndexFunc(g[id], func(r goneRun) bool { return r.boot == boot })
+}
 
 // take forgets member id's run boot, which has come back, and reports
 // whether it was gone.
 func (g goneRuns) take(id, boot string) bool {
-	runs := g[id]
-	i := slices.Index(runs, boot)
+	i := g.index(id, boot)
 	if i < 0 {
 		return false
 	}
-	if runs = slices.Delete(runs, i, i+1); len(runs) == 0 {
+	if runs := slices.Delete(g[id], i, i+1); len(runs) == 0 {
 		delete(g, id)
 	} else {
 		g[id] = runs

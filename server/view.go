@@ -171,7 +171,7 @@ func (cl *cluster) tellReturning(r *ring.Ring) {
 			if !r.Has(n.ID) && n.ID != cl.id {
 				// The run gossip saw go, besides any this node's view
 				// held (a later one it learned of from its fence).
-				cl.gone.add(n.ID, cl.gossipBoots[n.ID])
+				cl.gone.add(n.ID, cl.gossipBoots[n.ID], cl.srv.cfg.Now())
 			}
 		}
 	}
@@ -278,7 +278,7 @@ func (cl *cluster) installLocked() {
 			// own its keys without it later, and it may come back
 			// (found by review).
 			if b := old.boots[id]; b != "" && b != metas[id].Boot {
-				cl.gone.add(id, b)
+				cl.gone.add(id, b, now)
 			}
 		}
 	}
@@ -298,7 +298,7 @@ func (cl *cluster) installLocked() {
 		// alone, then lapsed, came back told nothing and served what this
 		// node had overwritten (found by review).
 		if !cl.leaving {
-			cl.gone.add(n.ID, old.boots[n.ID])
+			cl.gone.add(n.ID, old.boots[n.ID], now)
 		}
 		delete(cl.together, n.ID)
 		cl.lackedAt[n.ID] = cl.installs
@@ -417,7 +417,14 @@ func (cl *cluster) installLocked() {
 	if cl.leaving || nv.base == nil || (!nv.gains && len(nv.entering) == 0 && len(nv.pending) == 0) {
 		cl.settled = r
 		close(nv.done)
-		return
+		if cl.leaving || !cl.returningInLocked(nv) {
+			return
+		}
+		// Nothing to hand off, but a returning member is told Dead in
+		// every view until it answers (settle): a view installed and
+		// replaced while its fence was lost (a node joined and left)
+		// left it to be told at its next gain, an hour on, losing what
+		// it acked since (found by review).
 	}
 	cl.tasks.Add(1)
 	go cl.settle(nv)
