@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,6 +27,14 @@ type conn struct {
 	rn     int           // guarded by rmu: what the read returned
 	rerr   syscall.Errno // guarded by rmu
 	readFn func(fd uintptr) bool
+	// drained is set when the last read took less than its buffer, all
+	// the socket held: the next Read waits before it reads (wait_linux.go).
+	// Guarded by rmu.
+	drained bool
+	// pd is the runtime's poll descriptor of a conn WrapWaiting wrapped,
+	// on a build that finds it; else nil, and every Read reads first.
+	pd     unsafe.Pointer
+	waitFn func(fd uintptr)
 
 	wmu     sync.Mutex
 	wbuf    []byte        // guarded by wmu: what is left to write
@@ -34,7 +43,7 @@ type conn struct {
 	writeFn func(fd uintptr) bool
 }
 
-func wrap(nc net.Conn) net.Conn {
+func wrap(nc net.Conn, waiting bool) net.Conn {
 	switch nc.(type) {
 	case *net.TCPConn, *net.UnixConn:
 	default:
@@ -47,16 +56,21 @@ func wrap(nc net.Conn) net.Conn {
 	// A raw call must never block: only a non-blocking stream socket
 	// (a datagram's empty read is not the end of a stream).
 	ok := false
+	var pd unsafe.Pointer
 	rc.Control(func(fd uintptr) {
 		fl, err1 := unix.FcntlInt(fd, unix.F_GETFL, 0)
 		typ, err2 := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TYPE)
 		ok = err1 == nil && err2 == nil && fl&unix.O_NONBLOCK != 0 && typ == unix.SOCK_STREAM
+		if ok && waiting {
+			pd = pollDesc(nc, fd)
+		}
 	})
 	if !ok {
 		return nil
 	}
-	c := &conn{Conn: nc, rc: rc}
+	c := &conn{Conn: nc, rc: rc, pd: pd}
 	c.readFn, c.writeFn = c.readOnce, c.writeAll
+	c.waitFn = func(uintptr) { waitReadable(c.pd) }
 	return c
 }
 
@@ -71,9 +85,14 @@ func (c *conn) Read(b []byte) (int, error) {
 		return 0, nil
 	}
 	c.rmu.Lock()
+	if c.drained {
+		// Under Control: its reference keeps the socket, and pd, open.
+		c.rc.Control(c.waitFn)
+	}
 	c.rbuf, c.rn, c.rerr = b, 0, 0
 	err := c.rc.Read(c.readFn)
 	n, errno := c.rn, c.rerr
+	c.drained = c.pd != nil && err == nil && errno == 0 && n > 0 && n < len(b)
 	c.rbuf = nil
 	c.rmu.Unlock()
 	switch {
@@ -150,6 +169,22 @@ func (c *conn) writeAll(fd uintptr) bool {
 	return true
 }
 
+// endPending peeks at a waiting conn's socket for an end of stream or an
+// error (EndPending).
+func endPending(nc net.Conn) bool {
+	c, ok := nc.(*conn)
+	if !ok || c.pd == nil {
+		return false
+	}
+	var b [1]byte
+	end := false
+	c.rc.Control(func(fd uintptr) {
+		n, e := PeekFD(fd, b[:])
+		end = e == 0 && n == 0 || e != 0 && e != unix.EAGAIN && e != unix.EINTR
+	})
+	return end
+}
+
 // NetConn returns the conn Wrap wrapped.
 func (c *conn) NetConn() net.Conn { return c.Conn }
 
@@ -162,4 +197,12 @@ func (c *conn) opError(op string, err error) error {
 		return oe
 	}
 	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// pending returns how many bytes c's socket holds unread (FIONREAD), for
+// tests.
+func (c *conn) pending() int {
+	n := 0
+	c.rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n
 }

@@ -5,4 +5,6 @@ package rawio
 import "net"
 
 // wrap makes nothing raw but on Linux.
-func wrap(net.Conn) net.Conn { return nil }
+func wrap(net.Conn, bool) net.Conn { return nil }
+
+func endPending(net.Conn) bool { return false }

@@ -1,0 +1,17 @@
+//go:build linux && !((amd64 || arm64) && go1.26 && !go1.27)
+
+package rawio
+
+import (
+	"net"
+	"unsafe"
+)
+
+// pollDesc finds no poll descriptor on this build (see wait_linux.go):
+// every Read reads first.
+func pollDesc(net.Conn, uintptr) unsafe.Pointer { return nil }
+
+func waitReadable(unsafe.Pointer) {}
+
+// waitsBeforeRead says this build reads first.
+const waitsBeforeRead = false
