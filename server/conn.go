@@ -90,11 +90,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{srv: s, nc: nc}
 	// Its reads and writes are raw system calls (internal/rawio): fewer
 	// hand-offs of a P between threads, the node's dearest cost at
-	// pipeline 1. An idle connection waits before it reads, rather than
-	// read nothing first (a third of a node's system calls); the end of
-	// a client's stream that came with its last request is then found by
-	// the port's sweep (sweepEnded).
-	c.counted.Conn = rawio.WrapWaiting(nc)
+	// pipeline 1.
+	c.counted.Conn = rawio.Wrap(nc)
 	c.counted.c = c
 	c.input.r = &c.counted
 	return c
@@ -114,7 +111,12 @@ func (s *Server) newReader() any {
 // connection ended instead (closed, timed out, interrupted).
 func (c *conn) awaitInput() bool {
 	c.releaseBuffers()
-	n, _ := c.counted.Read(c.first[:])
+	// Between requests, the wait comes before the read rather than after
+	// a read that finds nothing (a third of a node's system calls at
+	// pipeline 1); the end of a stream that came with the last request is
+	// then found by the port's sweep (sweepEnded). Reads within a request
+	// read first, and see an end at once.
+	n, _ := c.counted.readIdle(c.first[:])
 	if n == 0 {
 		return false
 	}
@@ -326,11 +328,23 @@ type countingConn struct {
 
 func (c *countingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	c.counted(n)
+	return n, err
+}
+
+// readIdle is Read for the wait between requests (rawio.ReadIdle).
+func (c *countingConn) readIdle(p []byte) (int, error) {
+	n, err := rawio.ReadIdle(c.Conn, p)
+	c.counted(n)
+	return n, err
+}
+
+// counted counts n bytes read, and tells the conn a request is arriving.
+func (c *countingConn) counted(n int) {
 	c.read += uint64(n)
 	if n > 0 && c.c.idle.Load() {
 		c.c.busy()
 	}
-	return n, err
 }
 
 // Write writes p within the write timeout. The deadline moves only when

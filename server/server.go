@@ -320,7 +320,7 @@ const defaultSweepEvery = 2 * time.Second
 // other end closed or reset them unseen, every Config.sweepEvery until
 // stop.
 //
-// An idle connection waits before it reads (rawio.WrapWaiting). When a
+// An idle connection waits before it reads (rawio.ReadIdle). When a
 // client sends its last request and closes at once (a noreply set piped
 // to nc, a request followed by shutdown(SHUT_WR)), the end of stream
 // arrives with the request, the poller reports both at once, and the

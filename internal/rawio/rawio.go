@@ -26,12 +26,11 @@
 // socket (Listener, and Wrap under tls.Client) (README, "What a write
 // cost was Go's monitor waking").
 //
-// A connection WrapWaiting wrapped also waits before it reads, after a
-// read that took less than its buffer, all the socket held, on Linux with
-// the Go release the package knows (wait_linux.go): Go's own Read must
-// read first, and on a connection answered one request at a time that
-// read finds nothing, EAGAIN, every time — one system call in three of a
-// node's at pipeline 1.
+// Its ReadIdle, for the wait between messages, waits before it reads
+// after a read that took all the socket held, on Linux with the Go release
+// the package knows (wait_linux.go): Go's own Read must read first, and on
+// a connection answered one request at a time that read finds nothing,
+// EAGAIN, every time — one system call in three of a node's at pipeline 1.
 //
 // It suits calls that copy what the socket holds or has room for, and no
 // more: reads, writes and peeks of a non-blocking socket. On a 2-core
@@ -50,36 +49,34 @@ import "net"
 // TLS over it (tls.Client(Wrap(c), cfg), or Listener for a server):
 // Wrap leaves a *tls.Conn as it is.
 func Wrap(c net.Conn) net.Conn {
-	if w := wrap(c, false); w != nil {
+	if w := wrap(c); w != nil {
 		return w
 	}
 	return c
 }
 
-// WrapWaiting is Wrap, and a Read after one that took all the socket held
-// (less than its buffer) waits for the poller before it reads, rather
-// than read once to find nothing and then wait: one system call less per
-// wait, where the Go release and platform allow (wait_linux.go).
+// ReadIdle reads into b as c.Read does, for a read that waits for the
+// first bytes of the next message: where c is a conn Wrap wrapped whose
+// last read took all its socket held (less than its buffer), it waits for
+// the poller before it reads, rather than read once to find nothing and
+// then wait — one system call less per message, where the Go release and
+// platform allow (wait_linux.go). On any other conn it is c.Read.
 //
-// The cost is an end of stream or a reset that arrives with the last
-// bytes read: the poller reported it with them, so the Read that waits
-// next is not woken for it, and waits for good unless more comes, its
-// deadline passes or the conn is closed. A caller that leaves such a
-// connection waiting without a deadline looks for that now and then
-// (EndPending) and ends the wait itself. So does TCP urgent data, which
-// stops a read short of the bytes behind it, and a Unix socket's passed
-// descriptors: WrapWaiting suits protocols without them.
-func WrapWaiting(c net.Conn) net.Conn {
-	if w := wrap(c, true); w != nil {
-		return w
-	}
-	return c
-}
+// The cost is an end of stream or a reset that came with the last bytes
+// read: the poller reported it with them, so the wait is not woken for
+// it, and lasts until more comes, the deadline passes or the conn is
+// closed. A caller that waits so without a deadline looks for that now
+// and then (EndPending) and ends the wait itself. So it suits only the
+// wait between messages: a read in the middle of one must see the end at
+// once (found by review: a client that closed halfway through a request
+// left it open for good), and Read does. TCP urgent data, which stops a
+// read short of the bytes behind it, stalls it the same way.
+func ReadIdle(c net.Conn, b []byte) (int, error) { return readIdle(c, b) }
 
-// EndPending reports whether c, a connection WrapWaiting wrapped whose
-// Read may be waiting, holds an end of stream or an error in its socket,
-// which that wait would not be woken for. It looks with one system call
-// (a peek), and is false for every other conn.
+// EndPending reports whether c, a conn Wrap wrapped whose ReadIdle may be
+// waiting, holds an end of stream or an error in its socket, which that
+// wait would not be woken for. It looks with one system call (a peek), and
+// is false for every other conn.
 func EndPending(c net.Conn) bool { return endPending(c) }
 
 // Listener returns ln with every connection it accepts wrapped (Wrap): on

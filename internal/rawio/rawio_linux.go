@@ -28,11 +28,11 @@ type conn struct {
 	rerr   syscall.Errno // guarded by rmu
 	readFn func(fd uintptr) bool
 	// drained is set when the last read took less than its buffer, all
-	// the socket held: the next Read waits before it reads (wait_linux.go).
-	// Guarded by rmu.
+	// the socket held: a ReadIdle next waits before it reads
+	// (wait_linux.go). Guarded by rmu.
 	drained bool
-	// pd is the runtime's poll descriptor of a conn WrapWaiting wrapped,
-	// on a build that finds it; else nil, and every Read reads first.
+	// pd is the runtime's poll descriptor, on a build that finds it; else
+	// nil, and ReadIdle reads first as Read does.
 	pd     unsafe.Pointer
 	waitFn func(fd uintptr)
 
@@ -43,7 +43,7 @@ type conn struct {
 	writeFn func(fd uintptr) bool
 }
 
-func wrap(nc net.Conn, waiting bool) net.Conn {
+func wrap(nc net.Conn) net.Conn {
 	switch nc.(type) {
 	case *net.TCPConn, *net.UnixConn:
 	default:
@@ -61,7 +61,7 @@ func wrap(nc net.Conn, waiting bool) net.Conn {
 		fl, err1 := unix.FcntlInt(fd, unix.F_GETFL, 0)
 		typ, err2 := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TYPE)
 		ok = err1 == nil && err2 == nil && fl&unix.O_NONBLOCK != 0 && typ == unix.SOCK_STREAM
-		if ok && waiting {
+		if ok {
 			pd = pollDesc(nc, fd)
 		}
 	})
@@ -76,7 +76,19 @@ func wrap(nc net.Conn, waiting bool) net.Conn {
 
 // Read reads as net.Conn's Read does: at least one byte, io.EOF at the
 // end, errors as *net.OpError.
-func (c *conn) Read(b []byte) (int, error) {
+func (c *conn) Read(b []byte) (int, error) { return c.read(b, false) }
+
+// readIdle is ReadIdle.
+func readIdle(nc net.Conn, b []byte) (int, error) {
+	if c, ok := nc.(*conn); ok {
+		return c.read(b, true)
+	}
+	return nc.Read(b)
+}
+
+// read is Read, waiting first if idle and the last read drained the
+// socket (ReadIdle).
+func (c *conn) read(b []byte, idle bool) (int, error) {
 	if len(b) == 0 {
 		// Nothing to read, but a closed conn says so, as net's does.
 		if err := c.rc.Control(noop); err != nil {
@@ -85,7 +97,7 @@ func (c *conn) Read(b []byte) (int, error) {
 		return 0, nil
 	}
 	c.rmu.Lock()
-	if c.drained {
+	if idle && c.drained {
 		// Under Control: its reference keeps the socket, and pd, open.
 		c.rc.Control(c.waitFn)
 	}
@@ -169,7 +181,7 @@ func (c *conn) writeAll(fd uintptr) bool {
 	return true
 }
 
-// endPending peeks at a waiting conn's socket for an end of stream or an
+// endPending peeks at a wrapped conn's socket for an end of stream or an
 // error (EndPending).
 func endPending(nc net.Conn) bool {
 	c, ok := nc.(*conn)

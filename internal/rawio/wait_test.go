@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -36,7 +37,7 @@ func TestReadWaitsOnceDrained(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w, other := waitingPair(t)
+			w, other := pair(t)
 			if _, err := other.Write([]byte("first")); err != nil {
 				t.Fatal(err)
 			}
@@ -49,7 +50,7 @@ func TestReadWaitsOnceDrained(t *testing.T) {
 				t.Fatal("a read of less than its buffer did not leave the conn drained")
 			}
 			go tt.then(w, other)
-			n, err = w.Read(buf)
+			n, err = ReadIdle(w, buf)
 			switch {
 			case tt.err == nil && (err != nil || string(buf[:n]) != tt.want):
 				t.Fatalf("read after drained: %q %v, want %q", buf[:n], err, tt.want)
@@ -63,7 +64,7 @@ func TestReadWaitsOnceDrained(t *testing.T) {
 // TestReadWaitsOnceDrainedDeadlineLifted: a wait that timed out leaves the
 // conn usable: with the deadline lifted, the next Read returns what came.
 func TestReadWaitsOnceDrainedDeadlineLifted(t *testing.T) {
-	w, other := waitingPair(t)
+	w, other := pair(t)
 	buf := make([]byte, 64)
 	for i, step := range []string{"one", "two", "three"} {
 		other.Write([]byte(step))
@@ -71,7 +72,7 @@ func TestReadWaitsOnceDrainedDeadlineLifted(t *testing.T) {
 			t.Fatalf("step %d: %q %v", i, buf[:n], err)
 		}
 		w.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
-		if _, err := w.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		if _, err := ReadIdle(w, buf); !errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Fatalf("step %d: read with nothing to read: %v, want the deadline", i, err)
 		}
 		w.SetReadDeadline(time.Time{})
@@ -86,11 +87,7 @@ func TestPollDescFound(t *testing.T) {
 	if !waitsBeforeRead {
 		t.Skip("this build reads first (wait_other_linux.go)")
 	}
-	tcp, _ := waitingPair(t)
-	plain, _ := pair(t)
-	if plain.(*conn).pd != nil {
-		t.Error("Wrap's conn waits before it reads: only WrapWaiting's should")
-	}
+	tcp, _ := pair(t)
 	sock := filepath.Join(t.TempDir(), "s")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -102,7 +99,7 @@ func TestPollDescFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer uc.Close()
-	unix := WrapWaiting(uc)
+	unix := Wrap(uc)
 	for _, c := range []net.Conn{tcp, unix} {
 		rc := c.(*conn)
 		if rc.pd == nil {
@@ -121,7 +118,7 @@ func TestPollDescFound(t *testing.T) {
 // the reply to the last: no byte is waited for after it came (a read
 // that waited for bytes already there would hang until the deadline).
 func TestReadWaitsOnceDrainedPingPong(t *testing.T) {
-	w, other := waitingPair(t)
+	w, other := pair(t)
 	deadline := time.Now().Add(20 * time.Second)
 	w.SetDeadline(deadline)
 	other.SetDeadline(deadline)
@@ -155,7 +152,7 @@ func TestReadWaitsOnceDrainedPingPong(t *testing.T) {
 	buf := make([]byte, 64)
 	var pending []byte
 	for replies := 0; replies < rounds+rounds/3; {
-		n, err := w.Read(buf)
+		n, err := ReadIdle(w, buf)
 		if err != nil {
 			t.Fatalf("after %d replies: %v", replies, err)
 		}
@@ -177,13 +174,6 @@ func TestReadWaitsOnceDrainedPingPong(t *testing.T) {
 	}
 }
 
-// waitingPair is pair with the wrapped end WrapWaiting's.
-func waitingPair(t *testing.T) (wrapped, other net.Conn) {
-	t.Helper()
-	w, other := pair(t)
-	return WrapWaiting(w.(*conn).Conn), other
-}
-
 // TestEndPending: the end of a stream, or a reset, that came with the
 // last bytes read is not a wakeup for the wait after them (the cost of
 // WrapWaiting); EndPending finds it, and nothing else.
@@ -200,7 +190,7 @@ func TestEndPending(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w, other := waitingPair(t)
+			w, other := pair(t)
 			if !waitsBeforeRead {
 				if EndPending(w) {
 					t.Error("EndPending on a build that does not wait")
@@ -232,16 +222,63 @@ func TestEndPending(t *testing.T) {
 			if !tt.want {
 				return
 			}
-			// The wait that follows is not woken for it: a deadline ends it.
+			// A wait that follows is not woken for it: a deadline ends it.
 			w.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-			if _, err := w.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+			if _, err := ReadIdle(w, buf); !errors.Is(err, os.ErrDeadlineExceeded) {
 				t.Logf("the read after the end returned %v at once (its event came after the last read)", err)
 			}
 		})
 	}
-	plain, other := pair(t)
-	other.Close()
-	if EndPending(plain) {
-		t.Error("EndPending on a conn Wrap wrapped")
+	a, b := net.Pipe()
+	defer a.Close()
+	b.Close()
+	if EndPending(a) {
+		t.Error("EndPending on a conn Wrap did not wrap")
+	}
+}
+
+// TestReadSeesEndAfterShortRead: a Read, unlike ReadIdle, reads first, so
+// an end of stream or a reset that came with the bytes of a short read is
+// seen at once (found by review: a request cut short by the client's
+// close left a node's connection open for good when every read waited
+// first). The deadline is only there to fail rather than hang.
+func TestReadSeesEndAfterShortRead(t *testing.T) {
+	tests := []struct {
+		name string
+		end  func(other net.Conn)
+		ok   func(error) bool
+	}{
+		{"end of stream", func(o net.Conn) { o.(*net.TCPConn).CloseWrite() }, func(err error) bool { return err == io.EOF }},
+		{"reset", func(o net.Conn) { o.(*net.TCPConn).SetLinger(0); o.Close() }, func(err error) bool {
+			return err == io.EOF || errors.Is(err, syscall.ECONNRESET)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, other := pair(t)
+			buf := make([]byte, 64)
+			other.Write([]byte("abc"))
+			tt.end(other)
+			deadline := time.Now().Add(5 * time.Second)
+			for w.(*conn).pending() < 3 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond) // polls the socket: no event to wait for
+			}
+			n, err := ReadIdle(w, buf) // short: the conn is drained
+			if err != nil || n == 0 {
+				t.Fatalf("first read: %d %v", n, err)
+			}
+			w.SetReadDeadline(time.Now().Add(5 * time.Second))
+			for n < 3 && err == nil {
+				var k int
+				k, err = w.Read(buf[n:])
+				n += k
+			}
+			if err == nil {
+				_, err = w.Read(buf)
+			}
+			if !tt.ok(err) {
+				t.Fatalf("read after the last bytes: %v, want the end at once", err)
+			}
+		})
 	}
 }

@@ -153,14 +153,7 @@ func (c *Client) dial(timeout time.Duration) (*conn, error) {
 			return nil, err
 		}
 	}
-	// A read after one that took all the socket held waits before it
-	// reads (rawio.WrapWaiting). A peer's close that comes with its last
-	// reply is then not seen until the next event: a pooled connection
-	// is looked at before it is used again (alive), and a shared one's
-	// next call finds the reset and is sent again on a new connection
-	// (mux.go, retryable). Under TLS, reads are the records' and read
-	// first (rawio.Wrap, above).
-	raw := rawio.WrapWaiting(nc)
+	raw := rawio.Wrap(nc)
 	pc := &conn{nc: nc, raw: raw, r: bufio.NewReaderSize(raw, 16<<10), w: bufio.NewWriterSize(raw, 16<<10)}
 	pc.rr.MaxValue = c.cfg.MaxValue
 	return pc, nil

@@ -9,9 +9,9 @@ import (
 
 // A peer that closes a shared connection right after its reply (it is
 // shutting down): the close arrives with the reply, and the connection's
-// reader, which waits before it reads (rawio.WrapWaiting), is not woken
-// for it. The next read finds the reset when it is sent and goes again on
-// a new connection, in time.
+// reader must see it then — a reader that waited before it read would not
+// be woken for it (rawio.ReadIdle), and the next read would find a dead
+// connection. The next read goes on a new connection.
 func TestReadAfterPeerClosedWithItsReply(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
