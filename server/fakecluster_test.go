@@ -360,7 +360,15 @@ func (nd *fakeNode) peer() string   { return "peer:" + nd.name }
 // config. The node is closed when the test ends.
 func startFakeNode(t *testing.T, n *fakeNet, name string, tune func(*Config)) *fakeNode {
 	t.Helper()
-	nd := &fakeNode{name: name}
+	return startFakeNodeAt(t, n, name, name, tune)
+}
+
+// startFakeNodeAt is startFakeNode for a node whose client and peer
+// addresses are addr's, as a pod rescheduled under the same name has
+// addresses of its own.
+func startFakeNodeAt(t *testing.T, n *fakeNet, name, addr string, tune func(*Config)) *fakeNode {
+	t.Helper()
+	nd := &fakeNode{name: addr}
 	ln, pln := n.listen(nd.client()), n.listen(nd.peer())
 	cfg := Config{
 		Logger: quietLogger(),
