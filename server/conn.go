@@ -296,7 +296,10 @@ func (c *conn) idleTimeout() time.Duration {
 // readFailed answers a failed read and reports whether the connection can
 // go on.
 func (c *conn) readFailed(err error) bool {
-	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) {
+	// A stream that ends inside a request is closed without a reply, as
+	// memcached closes it: the client is gone, or has said it sends no
+	// more.
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) {
 		return false
 	}
 	var ne net.Error
