@@ -913,9 +913,8 @@ func TestRestartedRunApartLapsesThenHeals(t *testing.T) {
 	})
 }
 
-// Found by the same review, and older than that change: the same stale gone,
-// with node1
-// together with node0 (its fence was answered). node1's renewals do not
+// Found by the same review, and older than that change: the same stale
+// gone, with node1 together with node0 (its fence was answered). node1's renewals do not
 // reach node0 for longer than FenceTTL (node0's peer port out of reach
 // from node1), node0's fence record lapses, node0 owns node1's keys and
 // acks "v2"; gone[node1] still named node1's first run, so node0's answer

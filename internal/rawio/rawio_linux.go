@@ -210,11 +210,3 @@ func (c *conn) opError(op string, err error) error {
 	}
 	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
-
-// pending returns how many bytes c's socket holds unread (FIONREAD), for
-// tests.
-func (c *conn) pending() int {
-	n := 0
-	c.rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
-	return n
-}

@@ -17,14 +17,14 @@ import (
 //
 // A read that took less than its buffer held took everything the socket
 // had; whatever arrives after it is recorded by the poller, so the next
-// Read may wait first and read once. That takes the poller's wait without
+// read between messages (ReadIdle) may wait first and read once. That takes the poller's wait without
 // its reset, runtime_pollWait, reached by linkname, on the socket's poll
 // descriptor, found in the net package's unexported fields. Both are
 // internals of the Go release this file builds for: it builds for one
 // release at a time (go1.26 && !go1.27), on 64-bit layouts, and checks
 // what it finds against the socket's descriptor (pollDesc), which the
 // tests hold to (TestPollDescFound). On any other build, or a connection
-// it does not know, Read reads first as before.
+// it does not know, ReadIdle reads first, as Read always does.
 
 //go:linkname pollWait internal/poll.runtime_pollWait
 func pollWait(pd unsafe.Pointer, mode int) int

@@ -8,7 +8,7 @@ import (
 )
 
 // pollDesc finds no poll descriptor on this build (see wait_linux.go):
-// every Read reads first.
+// ReadIdle reads first, as Read does.
 func pollDesc(net.Conn, uintptr) unsafe.Pointer { return nil }
 
 func waitReadable(unsafe.Pointer) {}

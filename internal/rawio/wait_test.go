@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestReadWaitsOnceDrained: a read that took less than its buffer leaves
@@ -281,4 +283,11 @@ func TestReadSeesEndAfterShortRead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pending returns how many bytes c's socket holds unread (SIOCINQ).
+func (c *conn) pending() int {
+	n := 0
+	c.rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n
 }
