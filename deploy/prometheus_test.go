@@ -351,18 +351,29 @@ func TestPrometheusScrapesCluster(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := freePort(t)
-	cmd := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr, "--log.level=warn")
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	// The port freePort found free may be taken before Prometheus binds
+	// it (an outgoing connection of a test running beside this one gets
+	// it as its ephemeral port): a start that fails so is tried again on
+	// another port (CI saw "bind: address already in use").
+	var log *bytes.Buffer
+	var exited chan struct{}
+	var base string
+	starts := 0
+	start := func() {
+		starts++
+		addr := freePort(t)
+		cmd := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+			"--storage.tsdb.path="+filepath.Join(dir, "data"+strconv.Itoa(starts)), "--web.listen-address="+addr, "--log.level=warn")
+		log, exited, base = new(bytes.Buffer), make(chan struct{}), "http://"+addr
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := exited
+		go func() { cmd.Wait(); close(done) }()
+		t.Cleanup(func() { cmd.Process.Kill(); <-done })
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-exited })
-	base := "http://" + addr
+	start()
 
 	// Wait for the load series of all three nodes, as each counts them.
 	deadline := time.Now().Add(60 * time.Second)
@@ -379,6 +390,10 @@ func TestPrometheusScrapesCluster(t *testing.T) {
 		last = fmt.Sprintf("%d series of instance and node_id (%v)", len(seen), err)
 		select {
 		case <-exited:
+			if starts < 3 && strings.Contains(log.String(), "address already in use") {
+				start()
+				continue
+			}
 			t.Fatalf("prometheus exited:\n%s", log.String())
 		default:
 		}
