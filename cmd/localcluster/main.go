@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,10 +105,14 @@ func run(args []string, sig <-chan os.Signal, stdout, stderr io.Writer) int {
 			metrics: c + metricsOffset, peer: c + peerOffset, exited: make(chan struct{})}
 		join = append(join, addr(nodes[i].gossip))
 	}
+	// The nodes share this machine: each gets its share of the cores it
+	// may use, as a deployment of several nodes on one machine should
+	// (spillway serve --threads).
+	threads := strconv.Itoa(max(1, runtime.GOMAXPROCS(0)/len(nodes)))
 	exits := make(chan *node, len(nodes))
 	for _, nd := range nodes {
 		nd.cmd = exec.Command(*bin, "serve", "--listen", addr(nd.client), "--gossip", addr(nd.gossip),
-			"--name", nd.name, "--metrics", addr(nd.metrics), "--join", strings.Join(join, ","))
+			"--name", nd.name, "--metrics", addr(nd.metrics), "--join", strings.Join(join, ","), "--threads", threads)
 		nd.cmd.Stdout, nd.cmd.Stderr = stdout, stderr
 		nd.cmd.SysProcAttr = sysProcAttr()
 		if err := nd.cmd.Start(); err != nil {

@@ -27,6 +27,7 @@ func TestErrorText(t *testing.T) {
 	}{
 		{"long flag", []string{"serve", "--epsilon", "x"}, `spillway serve: --epsilon "x": want a non-negative number or inf` + "\n"},
 		{"short flag", []string{"serve", "-m", "lots"}, `spillway serve: -m "lots": want a size`},
+		{"negative threads", []string{"serve", "-t", "-1"}, `spillway serve: -t "-1": want a non-negative whole number`},
 		{"long form of a short flag", []string{"serve", "--memory-limit", "lots"}, `spillway serve: --memory-limit "lots": want a size`},
 		{"unknown flag", []string{"serve", "--nope"}, "spillway serve: unknown flag --nope (spillway serve --help lists them)\n"},
 		{"missing value", []string{"bench", "--servers"}, "spillway bench: --servers needs a value\n"},

@@ -303,7 +303,41 @@ func TestJoinBeforeSeed(t *testing.T) {
 }
 
 // clusterNodes reads cluster_nodes from a node's stats (0 if unreachable).
-func clusterNodes(addr string) int {
+// TestThreads: -t sets the threads that run Go code, which the node
+// reports as memcached reports its -t, in stat threads.
+func TestThreads(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		env  string
+		want int
+	}{
+		{"one", []string{"-t", "1"}, "", 1},
+		{"more than the CPUs", []string{"--threads", "3"}, "", 3},
+		{"from the environment", nil, "2", 2},
+		{"flag beats environment", []string{"-t", "1"}, "3", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("SPILLWAY_THREADS", c.env)
+			n := startNode(t, "a", "", c.args...)
+			deadline := time.Now().Add(30 * time.Second)
+			got := statUint(n.client, "threads")
+			for got == 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond) // polls a process; no event to wait for
+				got = statUint(n.client, "threads")
+			}
+			if got != c.want {
+				fatalWithLogs(t, []*node{n}, "stat threads = %d, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+func clusterNodes(addr string) int { return statUint(addr, "cluster_nodes") }
+
+// statUint is the stat name of the node at addr, or 0 if it has none or
+// does not answer.
+func statUint(addr, name string) int {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return 0
@@ -317,7 +351,7 @@ func clusterNodes(addr string) int {
 		if line == "END" {
 			break
 		}
-		if v, ok := strings.CutPrefix(line, "STAT cluster_nodes "); ok {
+		if v, ok := strings.CutPrefix(line, "STAT "+name+" "); ok {
 			n, _ := strconv.Atoi(v)
 			return n
 		}
