@@ -119,7 +119,7 @@ const (
 
 // scenarios are the rows, in the order they run: a single node against
 // memcached, the Go floor against memcached, the three-node setups against
-// each other, then memcaslap's.
+// each other, then memcaslap's, the floors' last.
 func scenarios(mc, sp, tw, cl, fg, fe *setup) []scenario {
 	withBench := func(l load) func(*deployment, string) (sample, error) {
 		return func(d *deployment, dir string) (sample, error) { return runBench(d, l, dir) }
@@ -138,6 +138,10 @@ func scenarios(mc, sp, tw, cl, fg, fe *setup) []scenario {
 		{"cluster-reads", tw, cl, "", withBench(clusterReads)},
 		{"memcaslap", mc, sp, noMemcaslap, withMemcaslap(memcaslapThreads, memcaslapConns)},
 		{"memcaslap-cluster", tw, cl, noMemcaslap, withMemcaslap(memcaslapClusterThreads, memcaslapClusterConns)},
+		// The floors under memcaslap tell the serving model's cost
+		// from Spillway's own work under a generator we did not write.
+		{"memcaslap-floor-goroutine", mc, fg, noMemcaslap, withMemcaslap(memcaslapThreads, memcaslapConns)},
+		{"memcaslap-floor-epoll", mc, fe, noMemcaslap, withMemcaslap(memcaslapThreads, memcaslapConns)},
 	}
 }
 
