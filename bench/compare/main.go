@@ -6,13 +6,17 @@
 // between the two setups of a row (reference, Spillway, reference,
 // Spillway...), each run on fresh processes on free loopback ports:
 //
-//   - memcached -t 2 -m 1024 -U 0, against spillway serve -m 1024;
+//   - memcached -t N -m 1024 -U 0, against spillway serve -m 1024, N
+//     being the cores this process may use (GOMAXPROCS), Spillway's
+//     default;
 //   - memcached against bench/floor, a map behind get and set in Go and
 //     nothing else, served with a goroutine per connection (as Spillway
-//     serves) and on epoll loops (as memcached does): how much of a node's
+//     serves) and on N epoll loops (as memcached does): how much of a node's
 //     cost per request is Go's, which no work of Spillway's can remove;
-//   - twemproxy (nutcracker, ketama) in front of three such memcached,
-//     against three spillway serve -m 1024 joined into one cluster (ready
+//   - twemproxy (nutcracker, ketama) in front of three memcached,
+//     against three spillway serve -m 1024 joined into one cluster, every
+//     memcached and node with its share of the cores (-t, --threads:
+//     max(1, N/3)); nutcracker is single-threaded (ready
 //     once every node's cluster_nodes stat is 3, and the owner grace of
 //     the join, set to 5 s, is over: the runs measure the cluster as it
 //     runs, not as it forms).
@@ -29,8 +33,9 @@
 // rusage stat), nutcracker's included.
 //
 // Then libmemcached's memcaslap, a generator we did not write, cross-checks
-// the same pairs on its own workload (uniform keys, one request in flight
-// per connection; it has no Zipf and no pipelining).
+// the same pairs, and memcached against the two floors, on its own
+// workload (uniform keys, one request in flight per connection; it has no
+// Zipf and no pipelining).
 //
 // A setup whose binary is missing is skipped, and says so in its rows.
 // Every process started is killed when the command ends, on an error, or

@@ -124,7 +124,7 @@ func printReport(w io.Writer, res results, done []scenario, took time.Duration) 
 	opsPerSec := func(s sample) float64 { return s.opsPerSec }
 	busiest := func(s sample) float64 { return s.busiest }
 	num := func(x float64) string { return commas(x) }
-	mc := mcVersion + " `-t 2`"
+	mc := fmt.Sprintf("%s `-t %d`", mcVersion, singleThreads())
 
 	row(fmt.Sprintf("1 node, %d conns, pipeline %d, Zipf %g, 9:1, 100 B — ops per server CPU-second",
 		singleLoad.conns, singleLoad.pipeline, singleLoad.zipf), "pipeline1", mc, opsPerCPU, num, true)
@@ -159,8 +159,8 @@ func printReport(w io.Writer, res results, done []scenario, took time.Duration) 
 	rows = nil
 	row("goroutine per connection (Spillway's way) — ops per server CPU-second", "floor-goroutine", mc, opsPerCPU, num, true)
 	row("epoll loops (memcached's way) — ops per server CPU-second", "floor-epoll", mc, opsPerCPU, num, true)
-	row(fmt.Sprintf("goroutine per connection, under memcaslap (%d conns) — ops per server CPU-second", memcaslapConns), "memcaslap-floor-goroutine", "memcached", opsPerCPU, num, true)
-	row(fmt.Sprintf("epoll loops, under memcaslap (%d conns) — ops per server CPU-second", memcaslapConns), "memcaslap-floor-epoll", "memcached", opsPerCPU, num, true)
+	row(fmt.Sprintf("goroutine per connection, under memcaslap (%d conns) — ops per server CPU-second", memcaslapConns), "memcaslap-floor-goroutine", mc, opsPerCPU, num, true)
+	row(fmt.Sprintf("epoll loops, under memcaslap (%d conns) — ops per server CPU-second", memcaslapConns), "memcaslap-floor-epoll", mc, opsPerCPU, num, true)
 	if len(rows) > 0 {
 		fmt.Fprintf(w, "### The Go floor: bench/floor, a map behind get and set and nothing else, under the first row's load, then memcaslap's\n\n")
 		writeTable(w, []string{"how it serves", "reference", "Go floor", "ratio"}, rows)

@@ -87,7 +87,7 @@ func memcachedSetup() *setup {
 				return nil, err
 			}
 			d := new(deployment)
-			if err := d.startMemcached("memcached", ports[0], singleThreads); err != nil {
+			if err := d.startMemcached("memcached", ports[0], singleThreads()); err != nil {
 				d.stop()
 				return nil, err
 			}
@@ -109,7 +109,7 @@ func floorSetup(model string) *setup {
 	name := map[string]string{"goroutine": "Go floor, goroutine per connection", "epoll": "Go floor, epoll loops"}[model]
 	return &setup{name: name, missing: missing(*floorBin, "`go build -o bin/floor ./bench/floor`"),
 		start: oneProcess("floor", false, *floorBin, func(listen string) []string {
-			return []string{"-model", model, "-loops", "2", "-l", listen}
+			return []string{"-model", model, "-loops", strconv.Itoa(singleThreads()), "-l", listen}
 		})}
 }
 
@@ -140,10 +140,11 @@ func oneProcess(label string, spillway bool, bin string, args func(listen string
 // clusterSize is the number of nodes of both cluster setups.
 const clusterSize = 3
 
-// singleThreads is the worker threads of the single memcached (-t 2, as
-// the issue's table): the single Spillway node runs with its default, one
-// per CPU, which is 2 on the machine the README's figures come from.
-const singleThreads = 2
+// singleThreads is the worker threads of the single memcached and the
+// event loops of the epoll floor: the cores this process may use, which
+// is also the single Spillway node's default (-t 0: GOMAXPROCS). On the
+// README's 2-core machine, memcached -t 2, as in the issue's table.
+func singleThreads() int { return runtime.GOMAXPROCS(0) }
 
 // clusterThreads is the threads of each server process of a cluster
 // setup (memcached -t, spillway serve -t): the cluster's processes share

@@ -157,6 +157,17 @@ func TestStopsInTurn(t *testing.T) {
 	if n := strings.Count(read(), "msg=stopped"); n != 3 {
 		t.Errorf("%d nodes logged stopped, want 3:\n%s", n, read())
 	}
+	// The three nodes share this machine's cores (spillway serve -t).
+	threads := fmt.Sprintf(" threads=%d ", max(1, runtime.GOMAXPROCS(0)/3))
+	serving := 0
+	for _, line := range strings.Split(read(), "\n") {
+		if strings.Contains(line, "msg=serving") && strings.Contains(line, threads) {
+			serving++
+		}
+	}
+	if serving != 3 {
+		t.Errorf("%d nodes logged serving with%s, want 3:\n%s", serving, threads, read())
+	}
 }
 
 // TestMakeRun: `make run` with a port taken fails and says why, and its
