@@ -86,7 +86,7 @@ func (f *serveFlags) options() []option {
 		{"p", "port", &intValue{&f.port}, "TCP port for clients when --listen has none"},
 		{"m", "memory-limit", &sizeValue{p: &f.memoryBytes, unit: 1 << 20}, "item memory in MiB (or with a k/m/g suffix)"},
 		{"c", "conn-limit", &intValue{&f.connLimit}, "maximum simultaneous client connections (peer connections aside)"},
-		{"t", "threads", &intValue{&f.threads}, "threads that run Go code (GOMAXPROCS), as memcached's -t its workers (0: Go's default, $GOMAXPROCS or else the CPUs this process may use, a container's CPU limit rounded up, at least 2); nodes that share a machine each want their share of its cores"},
+		{"t", "threads", &intValue{&f.threads}, "threads that run Go code (GOMAXPROCS), as memcached's -t sets its worker threads (0: Go's default: $GOMAXPROCS, else the CPUs this process may use or a container's CPU limit rounded up, at least 2); nodes that share a machine each want their share of its cores"},
 		{"I", "max-item-size", &sizeValue{p: &f.maxItemSize, unit: 1}, "largest value accepted, in bytes (or with a k/m suffix); at most half of -m, as memcached"},
 		{"v", "verbose", &countValue{&f.verbose}, "log connections (-v) and every command (-vv)"},
 		{"", "idle-timeout", &durationValue{&f.idleTimeout}, "close client connections idle this long (0: never)"},
