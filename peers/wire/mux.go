@@ -166,7 +166,9 @@ func retryable(err error) bool {
 // within the backoff of a failed dial: the peer may be back, restarted
 // at the same address.
 func (c *Client) muxConn(timeout time.Duration, noBackoff bool) (*muxConn, error) {
-	sl := &c.mux.slots[int(c.mux.next.Add(1))%len(c.mux.slots)]
+	// The modulo in uint32: converted first, the counter would turn
+	// negative past 2^31 calls where int is 32 bits, and so the index.
+	sl := &c.mux.slots[int(c.mux.next.Add(1)%uint32(len(c.mux.slots)))]
 	sl.mu.Lock()
 	for {
 		if mc := sl.mc; mc != nil && !mc.failed() {
