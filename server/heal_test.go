@@ -237,6 +237,24 @@ func checkNoOld(t *testing.T, n *fakeNet, nodes []*fakeNode, key, when string) {
 }
 
 // inOnFence reports whether the caller runs inside onFence.
+// hangInFence is a startFakeCluster hook: once arm is set, the first
+// clock read of node inside its onFence (after its answer is computed,
+// before it is written) hangs link of *n, and disarms. n is a pointer
+// because the cluster is made by the call the hook is passed to.
+func hangInFence(node, link string, n **fakeNet, arm *atomic.Bool) func(*Config) {
+	return func(cfg *Config) {
+		if cfg.Cluster.Peers.Name != node {
+			return
+		}
+		cfg.Now = func() time.Time {
+			if arm.Load() && inOnFence() && arm.CompareAndSwap(true, false) {
+				(*n).hang(link)
+			}
+			return time.Now()
+		}
+	}
+}
+
 func inOnFence() bool {
 	pcs := make([]uintptr, 32)
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
@@ -262,19 +280,9 @@ func TestHealFenceReplyLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var n *fakeNet
 		var arm atomic.Bool
-		n, nodes := startFakeCluster(t, 2, func(cfg *Config) {
-			if cfg.Cluster.Peers.Name != "node1" {
-				return
-			}
-			cfg.Now = func() time.Time {
-				// Once, inside node1's onFence, after it computed its
-				// reply: the link goes down before the reply is written.
-				if arm.Load() && inOnFence() && arm.CompareAndSwap(true, false) {
-					n.hang("peer:node1")
-				}
-				return time.Now()
-			}
-		})
+		// Once, inside node1's onFence, after it computed its reply: the
+		// link goes down before the reply is written.
+		n, nodes := startFakeCluster(t, 2, hangInFence("node1", "peer:node1", &n, &arm))
 		key := splitAndOverwrite(t, n, nodes)
 
 		arm.Store(true)
@@ -837,19 +845,9 @@ func TestRestartedRunApartLapsesThenHeals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var n *fakeNet
 		var arm atomic.Bool
-		n, nodes := startFakeCluster(t, 2, func(cfg *Config) {
-			if cfg.Cluster.Peers.Name != "node0" {
-				return
-			}
-			cfg.Now = func() time.Time {
-				// Inside node0's onFence, after its word is computed: the
-				// link goes down before the answer is written.
-				if arm.Load() && inOnFence() && arm.CompareAndSwap(true, false) {
-					n.hang("peer:node0")
-				}
-				return time.Now()
-			}
-		})
+		// Inside node0's onFence, after its word is computed: the link
+		// goes down before the answer is written.
+		n, nodes := startFakeCluster(t, 2, hangInFence("node0", "peer:node0", &n, &arm))
 		y := nodes[0]
 		// node1's first run goes.
 		nodes[1].srv.Close()
@@ -1429,19 +1427,9 @@ func returningWithDeadFenceLost(t *testing.T) (*fakeNet, []*fakeNode) {
 	t.Helper()
 	var n *fakeNet
 	var arm atomic.Bool
-	n, nodes := startFakeCluster(t, 2, func(cfg *Config) {
-		if cfg.Cluster.Peers.Name != "node0" {
-			return
-		}
-		cfg.Now = func() time.Time {
-			// Inside node0's onFence: node0's own fences to node1 are lost
-			// from now on.
-			if arm.Load() && inOnFence() && arm.CompareAndSwap(true, false) {
-				n.hang("peer:node1")
-			}
-			return time.Now()
-		}
-	})
+	// Inside node0's onFence: node0's own fences to node1 are lost from
+	// now on.
+	n, nodes := startFakeCluster(t, 2, hangInFence("node0", "peer:node1", &n, &arm))
 	n.split("node0")
 	synctest.Wait()
 	time.Sleep(time.Minute)
