@@ -22,7 +22,8 @@
 //     runs, not as it forms).
 //
 // The load is spillway bench, the same for every server: 9:1 get:set
-// (and, in a row of the three-node setups, gets only),
+// (and, in rows of the three-node setups, gets only, 19:1 and 4:1: a
+// write costs the cluster its copies, so the ratio turns on the mix),
 // 100-byte values, every key set once first (a run of its own, so that the
 // measured run's CPU is the measured phase's), every value read back
 // checked. On a single node the figure is ops per server CPU-second, the
@@ -110,8 +111,11 @@ var (
 	fewLoad     = load{conns: 4, pipeline: 1, keys: 100_000, zipf: 0.99}
 	clusterLoad = load{conns: 50, pipeline: 1, keys: 10_000, zipf: 1.2, wholeSetup: true}
 	// clusterReads is clusterLoad with gets only: what the cluster costs
-	// with no writes to invalidate its copies.
-	clusterReads = load{conns: 50, pipeline: 1, keys: 10_000, zipf: 1.2, wholeSetup: true, reads: true}
+	// with no writes to invalidate its copies; clusterFewSets and
+	// clusterManySets, with half and twice its share of sets.
+	clusterReads    = load{conns: 50, pipeline: 1, keys: 10_000, zipf: 1.2, wholeSetup: true, mix: "1:0"}
+	clusterFewSets  = load{conns: 50, pipeline: 1, keys: 10_000, zipf: 1.2, wholeSetup: true, mix: "19:1"}
+	clusterManySets = load{conns: 50, pipeline: 1, keys: 10_000, zipf: 1.2, wholeSetup: true, mix: "4:1"}
 )
 
 // memcaslap's threads each take one server: 2 for one node (the two
@@ -141,6 +145,8 @@ func scenarios(mc, sp, tw, cl, fg, fe *setup) []scenario {
 		{"latency", mc, sp, "", withBench(fewLoad)},
 		{"cluster", tw, cl, "", withBench(clusterLoad)},
 		{"cluster-reads", tw, cl, "", withBench(clusterReads)},
+		{"cluster-19to1", tw, cl, "", withBench(clusterFewSets)},
+		{"cluster-4to1", tw, cl, "", withBench(clusterManySets)},
 		{"memcaslap", mc, sp, noMemcaslap, withMemcaslap(memcaslapThreads, memcaslapConns)},
 		{"memcaslap-cluster", tw, cl, noMemcaslap, withMemcaslap(memcaslapClusterThreads, memcaslapClusterConns)},
 		// The floors under memcaslap tell the serving model's cost

@@ -44,13 +44,13 @@ type sample struct {
 	cmds               []string // the deployment's and the generator's command lines
 }
 
-// load is one workload of spillway bench: 9:1 get:set (or gets only), 100-byte values,
-// connections spread over the entry addresses.
+// load is one workload of spillway bench: 9:1 get:set (or another mix),
+// 100-byte values, connections spread over the entry addresses.
 type load struct {
 	conns, pipeline, keys int
 	zipf                  float64
-	// reads, if set, makes the run all gets (--ratio 1:0) rather than 9:1.
-	reads bool
+	// mix is the get:set mix (--ratio), 9:1 if empty.
+	mix string
 	// wholeSetup counts the CPU of all the setup's processes (from /proc);
 	// otherwise the servers' own rusage stats.
 	wholeSetup bool
@@ -65,8 +65,8 @@ func (l load) args(entry []string) []string {
 
 // ratio is the load's get:set mix as spillway bench takes it.
 func (l load) ratio() string {
-	if l.reads {
-		return "1:0"
+	if l.mix != "" {
+		return l.mix
 	}
 	return "9:1"
 }

@@ -150,6 +150,12 @@ func printReport(w io.Writer, res results, done []scenario, took time.Duration) 
 	row("same — busiest node / mean", "cluster", "twemproxy", busiest, func(x float64) string { return fmt.Sprintf("%.2f", x) }, false)
 	row("same, gets only — ops per CPU-second of the whole setup", "cluster-reads", "twemproxy + 3 memcached", opsPerCPU, num, true)
 	row("same, gets only — busiest node / mean", "cluster-reads", "twemproxy", busiest, func(x float64) string { return fmt.Sprintf("%.2f", x) }, false)
+	for _, m := range []struct {
+		name string
+		l    load
+	}{{"cluster-19to1", clusterFewSets}, {"cluster-4to1", clusterManySets}} {
+		row("same, "+m.l.ratio()+" — ops per CPU-second of the whole setup", m.name, "twemproxy + 3 memcached", opsPerCPU, num, true)
+	}
 	if len(rows) > 0 {
 		fmt.Fprintf(w, "### Load: spillway bench (closed loop, 9:1 get:set unless said, 100-byte values, prefilled)\n\n")
 		writeTable(w, []string{"scenario", "reference", "Spillway", "ratio"}, rows)
