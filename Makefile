@@ -100,7 +100,7 @@ bench-memory: build
 # nutcracker in front of 3 memcached, all under the same spillway bench
 # load, alternating fresh processes on loopback ports run by run; then
 # libmemcached's memcaslap as a cross-check. Medians of 3 runs x 6 s
-# (COMPARE_FLAGS='-runs 1 -duration 2s' for a quick look); about 6 minutes.
+# (COMPARE_FLAGS='-runs 1 -duration 2s' for a quick look); about 11 minutes.
 # Installs the Debian packages when missing (root and apt-get); elsewhere
 # the rows that need them are skipped, loudly. perf (linux-perf) is
 # optional: it counts the system calls of the per-request table.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -181,6 +182,28 @@ func TestParseSwitches(t *testing.T) {
 		got, err := parseSwitches([]byte(tc.status))
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("%s: got %d, %v; want %d (ok %v)", tc.name, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+// Every scenario has a row in the report: a renamed or added scenario
+// that the report does not know would otherwise run and print nothing.
+func TestReportHasEveryScenario(t *testing.T) {
+	st := &setup{name: "a setup"}
+	all := scenarios(st, st, st, st, st, st)
+	res := make(results)
+	for i, sc := range all {
+		v := float64(100_003 + 10*i) // a figure no other cell has
+		res[sc.name] = &[2][]sample{{{opsPerCPU: 1, opsPerSec: 1, p50: 1, p99: 1}}, {{opsPerCPU: v, opsPerSec: v, p50: v, p99: v}}}
+	}
+	var out strings.Builder
+	printReport(&out, res, all, time.Second)
+	// The tables of figures, not the cells' details that follow them.
+	tables, _, _ := strings.Cut(out.String(), "### Every cell")
+	for i, sc := range all {
+		v := float64(100_003 + 10*i)
+		if !strings.Contains(tables, commas(v)) && !strings.Contains(tables, fmt.Sprintf("%.0f", v)) {
+			t.Errorf("scenario %s has no row in the report", sc.name)
 		}
 	}
 }

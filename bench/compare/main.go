@@ -112,7 +112,7 @@ var (
 	clusterLoad = load{conns: 50, pipeline: 1, keys: 10_000, zipf: 1.2, wholeSetup: true}
 	// clusterReads is clusterLoad with gets only: what the cluster costs
 	// with no writes to invalidate its copies; clusterFewSets and
-	// clusterManySets, with half and twice its share of sets.
+	// clusterManySets, with half and twice clusterLoad's share of sets.
 	clusterReads    = load{conns: 50, pipeline: 1, keys: 10_000, zipf: 1.2, wholeSetup: true, mix: "1:0"}
 	clusterFewSets  = load{conns: 50, pipeline: 1, keys: 10_000, zipf: 1.2, wholeSetup: true, mix: "19:1"}
 	clusterManySets = load{conns: 50, pipeline: 1, keys: 10_000, zipf: 1.2, wholeSetup: true, mix: "4:1"}
