@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -317,6 +318,7 @@ func TestThreads(t *testing.T) {
 		// ignored setting shows.
 		{"from the environment", nil, "5", 5},
 		{"flag beats environment", []string{"-t", "1"}, "5", 1},
+		{"more than the CPUs", []string{"-t", strconv.Itoa(runtime.NumCPU() + 1)}, "", runtime.NumCPU() + 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("SPILLWAY_THREADS", c.env)
@@ -333,6 +335,11 @@ func TestThreads(t *testing.T) {
 			}
 			if got != c.want {
 				fatalWithLogs(t, []*node{n}, "stat threads = %d, want %d", got, c.want)
+			}
+			// Threads above the CPUs are allowed, with a warning.
+			_, log := n.stop()
+			if warned, want := strings.Contains(log, "more threads than CPUs"), c.want > runtime.NumCPU(); warned != want {
+				t.Errorf("warned of more threads than CPUs: %v, want %v; log:\n%s", warned, want, log)
 			}
 		})
 	}

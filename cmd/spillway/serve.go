@@ -325,6 +325,11 @@ func (f *serveFlags) run(log *slog.Logger) (err error) {
 	if f.threads > 0 {
 		runtime.GOMAXPROCS(f.threads)
 	}
+	if cpus := runtime.NumCPU(); f.threads > cpus {
+		// Allowed, as memcached allows -t above its cores (it warns
+		// above 64), but it costs what the comment above says.
+		log.Warn("more threads than CPUs this process may use: the scheduler hands work between threads no core is free to run", "threads", f.threads, "cpus", cpus)
+	}
 	memLimit, memLimitFrom := f.setMemoryLimit()
 	cfg := server.Config{
 		MaxBytes:          f.memoryBytes,
