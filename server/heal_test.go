@@ -1483,3 +1483,47 @@ func notToldDeadAgain(t *testing.T, n *fakeNet, nodes []*fakeNode, before uint64
 		}
 	}
 }
+
+// A word is its run's. node1 crashes (run A) and comes back at once as run
+// B; node0's view takes B in and holds node1's keys, and any key it gains
+// by B, until B's word is in. An answer A gave to one of node0's fences
+// before it crashed lands only now. That is A's word, not B's: B is a new
+// run, which may have owned keys apart from node0 meanwhile
+// (TestHealAfterOtherSideRestarted). Before the fix, hearing any run of
+// node1 lifted the hold of a view that waited for B.
+func TestHoldWaitsForTheRunInTheView(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, nil)
+		x, y := nodes[0], nodes[1]
+		xc := x.srv.cl
+		answerA := fenceReply{Members: map[string]peers.Meta{"node1": y.srv.cl.selfMeta()}}
+
+		// node0 neither hears B's fence nor B's answer to its own: the
+		// hold stays until the test lets them through.
+		n.setView("node0", "node0")
+		n.hang(x.peer())
+		y.srv.Close() // run A crashes
+		synctest.Wait()
+		b := startFakeNode(t, n, "node1", nil) // run B
+		synctest.Wait()
+		n.hang(b.peer())
+		n.setView("node0") // node0's gossip sees B
+		synctest.Wait()
+		v := xc.view.Load()
+		if v.boots["node1"] != b.srv.cl.boot || !v.holding() {
+			t.Fatalf("node0's view: node1's run %q (B is %q), held %v; want B, held", v.boots["node1"], b.srv.cl.boot, v.holding())
+		}
+
+		xc.answered("node1", answerA, "", 0) // A's answer, late
+		if v := xc.view.Load(); !v.holding() {
+			t.Error("node0's view let go of node1's keys on the word of run A, while it waits for run B's")
+		}
+
+		n.resume(x.peer())
+		n.resume(b.peer())
+		settle(t, []*fakeNode{x, b})
+		if v := xc.view.Load(); v.holding() {
+			t.Error("node0's view still held once B's word could come")
+		}
+	})
+}

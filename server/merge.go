@@ -90,7 +90,7 @@ func (cl *cluster) hearLocked(id, boot string, dead, apart bool) {
 	}
 	cl.heard[id] = boot
 	delete(cl.wordDue, id)
-	cl.view.Load().hear(id)
+	cl.view.Load().hear(id, boot)
 }
 
 // answeredLocked records that member id's run boot answered a fence this
@@ -128,9 +128,9 @@ func (cl *cluster) noWord(v *view, id string, err error) {
 	// node drop what it holds: this run's word is as good as in.
 	cl.heard[id] = v.boots[id]
 	delete(cl.wordDue, id)
-	v.hear(id)
-	if cur := cl.view.Load(); cur != v && cur.boots[id] == v.boots[id] {
-		cur.hear(id)
+	v.hear(id, v.boots[id])
+	if cur := cl.view.Load(); cur != v {
+		cur.hear(id, v.boots[id])
 	}
 }
 
@@ -140,10 +140,14 @@ type wordWait struct {
 	by   time.Time
 }
 
-// hear records that member id's word is in, for v's hold (holding).
-// The cluster's mu held.
-func (v *view) hear(id string) {
-	if !v.pending[id] || v.heardFrom[id] {
+// hear records that the word of member id's run boot is in, for v's hold
+// (holding). Another run's word is not the one v waits for: a fence or an
+// answer of a run that has since restarted can land after v put the new
+// run in its place, and the new run may have owned keys apart from this
+// node (found by review; installLocked already held a view for any run it
+// had not heard). The cluster's mu held.
+func (v *view) hear(id, boot string) {
+	if !v.pending[id] || v.heardFrom[id] || v.boots[id] != boot {
 		return
 	}
 	v.heardFrom[id] = true
