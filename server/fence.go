@@ -346,8 +346,6 @@ func (cl *cluster) onFence(payload []byte) []byte {
 	// Before the reply and before the sender is in this node's view: what
 	// this node holds may be stale.
 	cl.hearLocked(msg.ID, msg.Meta.Boot, msg.Dead == cl.boot, msg.Apart)
-	gm, inGossip := cl.peers.Meta(msg.ID)
-	inGossip = inGossip && cl.gossip.Has(msg.ID)
 	if cl.gone.take(msg.ID, msg.Meta.Boot) {
 		// The sender was declared dead and never knew: it comes back
 		// with what it owned then, which others have owned since.
@@ -355,29 +353,14 @@ func (cl *cluster) onFence(payload []byte) []byte {
 		// Sticky until a fence of this node's own, carrying Dead, is
 		// answered by the sender (settle): this reply may be lost.
 		cl.returning[msg.ID] = msg.Meta.Boot
-		if inGossip && gm.Boot != msg.Meta.Boot {
-			// Gossip has another run of the member, which the sender's
-			// fence now stands in for in this node's view (below):
-			// this node will not wait for that run's word. That run may
-			// be a restart that owned keys apart from this node (the
-			// sender crashed apart; its kernel delivered this fence
-			// late), so this node keeps nothing it held, as noWord
-			// does (TestLateFenceOfARunReplacedApart). Only when a run
-			// comes back, not at each of its renewals: once dropped,
-			// this node holds only what it stored since, in views with
-			// the member.
-			cl.log.Warn("a member's run that this node saw go came back while gossip has another run of it; dropping every item this node held",
-				"member", msg.ID)
-			cl.srv.counters[ctrMergeDrops].Add(1)
-			cl.dropAll()
-		}
 	} else if b, ok := cl.returning[msg.ID]; ok && b == msg.Meta.Boot {
 		// This node saw the sender go and has not yet had a fence of its
 		// own answered by it: tellReturning's word may still be on its
 		// way, and the sender may settle before it arrives.
 		reply.Dead = true
 	}
-	reply.Known = inGossip && gm.Boot == msg.Meta.Boot
+	gm, inGossip := cl.peers.Meta(msg.ID)
+	reply.Known = inGossip && cl.gossip.Has(msg.ID) && gm.Boot == msg.Meta.Boot
 	if !reply.Known {
 		cl.fenced[msg.ID] = fenceRecord{meta: msg.Meta, at: cl.srv.cfg.Now()}
 	}

@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"runtime"
@@ -1526,56 +1525,5 @@ func TestHoldWaitsForTheRunInTheView(t *testing.T) {
 		if v := xc.view.Load(); v.holding() {
 			t.Error("node0's view still held once B's word could come")
 		}
-	})
-}
-
-// A late fence of a run that restarted apart. node0 and node1 (run A) are
-// split; node1 owns node0's key on its side and acks "new" over node0's
-// "old"; A crashes and node1 comes back as run B, still apart. A fence A
-// sent before it crashed reaches node0 only once node0's gossip sees B (a
-// crashed process's kernel still delivers what it had queued). node0 saw A
-// go, so the fence is A's return, and stands in node0's view for B: before
-// the fix node0 then owned its keys on A's word, without B's, and served
-// "old". A run that comes back while gossip has another run of the member
-// makes node0 drop what it holds: it cannot have the word of the run gossip
-// has in that view.
-func TestLateFenceOfARunReplacedApart(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		n, nodes := startFakeCluster(t, 2, nil)
-		x, y := nodes[0], nodes[1]
-		xc := x.srv.cl
-		fenceA, err := json.Marshal(fenceMsg{ID: "node1", Meta: y.srv.cl.selfMeta()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		key := splitAndOverwrite(t, n, nodes)
-		y.srv.Close() // run A crashes, apart
-		synctest.Wait()
-		b := startFakeNode(t, n, "node1", nil) // run B, apart: fakeNet keeps node1's split view
-		synctest.Wait()
-		setAt(t, n, b, key, "new2")
-
-		// node0's gossip sees B; neither B's fence nor B's answer reaches
-		// node0 yet.
-		n.hang(x.peer())
-		n.hang(b.peer())
-		n.setView("node0")
-		synctest.Wait()
-		if v := xc.view.Load(); v.boots["node1"] != b.srv.cl.boot || !v.holding() {
-			t.Fatalf("node0's view: node1's run %q (B is %q), held %v; want B, held", v.boots["node1"], b.srv.cl.boot, v.holding())
-		}
-
-		xc.onFence(fenceA) // A's fence, late
-		c := dialPipe(t, n, x.client())
-		if v, hit := rawGetValue(t, c, key); hit && v == "old" {
-			t.Errorf("node0 serves %q on the word of run A, overwritten by run B while apart", v)
-		}
-
-		n.resume(x.peer())
-		n.resume(b.peer())
-		n.heal()
-		synctest.Wait()
-		settle(t, []*fakeNode{x, b})
-		checkNoOld(t, n, []*fakeNode{x, b}, key, "after the heal")
 	})
 }
