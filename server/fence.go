@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -148,6 +149,16 @@ func (cl *cluster) settle(v *view) {
 						}
 					}
 					mu.Unlock()
+					if m, ok := reply.Members[id]; ok && waitWord && m.Boot != v.boots[id] {
+						// Another run answered at the member's address
+						// (it restarted, and gossip has yet to say so):
+						// its word is not the one v waits for (hear),
+						// and no answer of the run v has will come. Give
+						// up on it at its time, as for no answer, or the
+						// hold lasts until gossip catches up
+						// (TestHoldEndsWhenAnotherRunAnswers).
+						cl.awaitWordDue(v, id, wordBy)
+					}
 					return
 				}
 				if !mustAnswer && !waitWord && now.After(deadline) {
@@ -294,6 +305,21 @@ func (cl *cluster) renewFences() {
 			}
 			cl.mu.Unlock()
 		})
+	}
+}
+
+// awaitWordDue gives up on member id's word in v at wordBy (noWord), unless
+// v is replaced or the node stops first.
+func (cl *cluster) awaitWordDue(v *view, id string, wordBy time.Time) {
+	t := time.NewTimer(wordBy.Sub(cl.srv.cfg.Now()))
+	defer t.Stop()
+	select {
+	case <-cl.stop:
+		return
+	case <-t.C:
+	}
+	if cl.view.Load() == v {
+		cl.noWord(v, id, errors.New("answered by another run of the member"))
 	}
 }
 

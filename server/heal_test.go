@@ -1527,3 +1527,65 @@ func TestHoldWaitsForTheRunInTheView(t *testing.T) {
 		}
 	})
 }
+
+// A word is its run's, and the wait for it ends. node0's view holds for
+// node1's run B, whose fence and answer are both held up. B crashes and
+// run C comes up at B's address; node0's gossip lags and still has B.
+// node0's fence, retried, reaches C, which answers: C's word is not B's
+// (TestHoldWaitsForTheRunInTheView), and B's will never come. node0 must
+// give up on it at its time, as when nobody answers, not hold node1's keys
+// until gossip catches up (found by review of the fix above: the fence had
+// been answered, so nothing gave up).
+func TestHoldEndsWhenAnotherRunAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newFakeNet()
+		var lg *laggingGossip
+		gate := make(chan struct{}) // node0's dials to node1's peer port wait for it
+		x := startFakeNode(t, n, "node0", func(c *Config) {
+			lagGossip(n, &lg)(c)
+			c.Cluster.dial = func(ctx context.Context, addr string) (net.Conn, error) {
+				if addr == "peer:node1" {
+					select {
+					case <-gate:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
+				return n.dial(ctx, addr)
+			}
+		})
+		xc := x.srv.cl
+		synctest.Wait()
+		n.hang(x.peer())                       // no fence of node1 reaches node0
+		b := startFakeNode(t, n, "node1", nil) // run B
+		synctest.Wait()
+		if v := xc.view.Load(); v.boots["node1"] != b.srv.cl.boot || !v.holding() {
+			t.Fatalf("node0's view: node1's run %q (B is %q), held %v; want B, held", v.boots["node1"], b.srv.cl.boot, v.holding())
+		}
+
+		lg.freeze("node0", "node1") // node0's gossip keeps B from now on
+		b.srv.Close()
+		synctest.Wait()
+		c := startFakeNode(t, n, "node1", nil) // run C, at B's address
+		synctest.Wait()
+		close(gate)                        // node0's fence, retried, reaches C, which answers
+		time.Sleep(100 * time.Millisecond) // one retry; B's time is not up (2 peer timeouts from its entry)
+		synctest.Wait()
+		xc.mu.Lock()
+		heard := xc.heard["node1"]
+		xc.mu.Unlock()
+		if heard != c.srv.cl.boot {
+			t.Fatalf("node0 heard node1's run %q, want C %q: C's answer did not come", heard, c.srv.cl.boot)
+		}
+
+		time.Sleep(2*xc.cfg.PeerTimeout + time.Second)
+		synctest.Wait()
+		if v := xc.view.Load(); v.holding() {
+			t.Errorf("node0's view still holds node1's keys for run B %v after C answered (merge_drops %d)",
+				2*xc.cfg.PeerTimeout+time.Second, x.srv.counters[ctrMergeDrops].Load())
+		}
+		n.resume(x.peer())
+		lg.thaw()
+		synctest.Wait()
+	})
+}
