@@ -192,9 +192,11 @@ func TestReportHasEveryScenario(t *testing.T) {
 	st := &setup{name: "a setup"}
 	all := scenarios(st, st, st, st, st, st)
 	res := make(results)
+	// A busiest/mean no other cell has: 9.01, 9.02, ...
+	busiest := func(i int) float64 { return 9.01 + 0.01*float64(i) }
 	for i, sc := range all {
 		v := float64(100_003 + 10*i) // a figure no other cell has
-		res[sc.name] = &[2][]sample{{{opsPerCPU: 1, opsPerSec: 1, p50: 1, p99: 1}}, {{opsPerCPU: v, opsPerSec: v, p50: v, p99: v}}}
+		res[sc.name] = &[2][]sample{{{opsPerCPU: 1, opsPerSec: 1, p50: 1, p99: 1}}, {{opsPerCPU: v, opsPerSec: v, p50: v, p99: v, busiest: busiest(i)}}}
 	}
 	var out strings.Builder
 	printReport(&out, res, all, time.Second)
@@ -204,6 +206,13 @@ func TestReportHasEveryScenario(t *testing.T) {
 		v := float64(100_003 + 10*i)
 		if !strings.Contains(tables, commas(v)) && !strings.Contains(tables, fmt.Sprintf("%.0f", v)) {
 			t.Errorf("scenario %s has no row in the report", sc.name)
+		}
+		// Every mix of the cluster pair shows how evenly it spread: the
+		// goal's bound on the busiest node holds at every mix or not.
+		if sc.name == "cluster" || strings.HasPrefix(sc.name, "cluster-") {
+			if b := fmt.Sprintf("%.2f", busiest(i)); !strings.Contains(tables, "| "+b+" |") {
+				t.Errorf("scenario %s has no busiest/mean row in the report (want %s)", sc.name, b)
+			}
 		}
 	}
 }

@@ -155,6 +155,7 @@ func printReport(w io.Writer, res results, done []scenario, took time.Duration) 
 		l    load
 	}{{"cluster-19to1", clusterFewSets}, {"cluster-4to1", clusterManySets}} {
 		row("same, "+m.l.ratio()+" — ops per CPU-second of the whole setup", m.name, "twemproxy + 3 memcached", opsPerCPU, num, true)
+		row("same, "+m.l.ratio()+" — busiest node / mean", m.name, "twemproxy", busiest, func(x float64) string { return fmt.Sprintf("%.2f", x) }, false)
 	}
 	if len(rows) > 0 {
 		fmt.Fprintf(w, "### Load: spillway bench (closed loop, 9:1 get:set unless said, 100-byte values, prefilled)\n\n")
