@@ -154,8 +154,10 @@ func (cl *cluster) settle(v *view) {
 						// (it restarted, and gossip has yet to say so):
 						// its word is not the one v waits for (hear),
 						// and no answer of the run v has will come. Give
-						// up on it at its time, as for no answer, or the
-						// hold lasts until gossip catches up
+						// up on it at its time, as for no answer. Had
+						// settle returned, v's hand-off would complete,
+						// and this node own its keys held or not (owns):
+						// without the word and without a drop
 						// (TestHoldEndsWhenAnotherRunAnswers).
 						cl.awaitWordDue(v, id, wordBy)
 					}
