@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -295,11 +293,9 @@ func newCluster(cfg ClusterConfig, srv *Server) (*cluster, error) {
 		copies.Close()
 		return nil, err
 	}
-	var b [8]byte
-	rand.Read(b[:])
 	cl := &cluster{cfg: cfg, srv: srv, log: srv.cfg.Logger, picker: picker, copies: copies,
 		holders:      newHolders(cfg.CopyTTL, holderShare(cfg.CopyMaxBytes)),
-		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: hex.EncodeToString(b[:]),
+		fetchTimeout: cfg.PeerTimeout + srv.cfg.OriginTimeout, boot: newBoot(srv.cfg.Now()),
 		fenced: make(map[string]fenceRecord), boots: make(map[string]string), gone: make(goneRuns),
 		returning: make(map[string]string), together: make(map[string]string), lackedAt: make(map[string]uint64),
 		heard: make(map[string]string), wordDue: make(map[string]wordWait), unconfirmed: make(map[string]bool), warned: make(map[string]bool),

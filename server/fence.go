@@ -374,6 +374,21 @@ func (cl *cluster) onFence(payload []byte) []byte {
 	// Before the reply and before the sender is in this node's view: what
 	// this node holds may be stale.
 	cl.hearLocked(msg.ID, msg.Meta.Boot, msg.Dead == cl.boot, msg.Apart)
+	if cl.supersededLocked(msg.ID, msg.Meta.Boot) {
+		// A run that a newer one of the member has replaced: its fence
+		// is late (it crashed since, and its kernel delivered what it
+		// had queued) or it lives on, cut off, while the newer run has
+		// its name. It is told it is dead, and nothing else of it is
+		// taken: not as the member, or its fence would stand in this
+		// node's view for the newer run, whose word this node would then
+		// not wait for, though that run may have owned keys apart from
+		// it (TestLateFenceOfAReplacedRun); not as a return, so that it
+		// stays gone and is told again if it comes back.
+		reply.Dead = true
+		reply.Members = map[string]peers.Meta{cl.id: cl.selfMeta()}
+		b, _ := json.Marshal(reply)
+		return b
+	}
 	if cl.gone.take(msg.ID, msg.Meta.Boot) {
 		// The sender was declared dead and never knew: it comes back
 		// with what it owned then, which others have owned since.

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"runtime"
@@ -1586,6 +1587,150 @@ func TestHoldEndsWhenAnotherRunAnswers(t *testing.T) {
 		}
 		n.resume(x.peer())
 		lg.thaw()
+		synctest.Wait()
+	})
+}
+
+// A late fence of a run that a restart replaced, apart. node0 and node1
+// (run A) are split; node1 owns node0's key on its side and acks "new"
+// over node0's "old"; A crashes and node1 comes back as run B, still
+// apart, and acks "new2". A fence A sent before it crashed reaches node0
+// only after the heal (a crashed process's kernel still delivers what it
+// had queued), before or after node0's gossip has B. node0 had seen A go,
+// so it took the fence for A's return, and A's fence stood in its view for
+// B: node0 owned its keys on A's word, without B's, and served "old" for
+// up to FenceTTL. B started after A (newerRun): A's fence is told Dead and
+// taken for nothing else, and node0 waits for B's word.
+func TestLateFenceOfAReplacedRun(t *testing.T) {
+	for _, fenceFirst := range []bool{false, true} {
+		name := "fence after gossip has the restart"
+		if fenceFirst {
+			name = "fence before gossip has the restart"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n, nodes := startFakeCluster(t, 2, nil)
+				x, y := nodes[0], nodes[1]
+				xc := x.srv.cl
+				fenceA, err := json.Marshal(fenceMsg{ID: "node1", Meta: y.srv.cl.selfMeta()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				key := splitAndOverwrite(t, n, nodes)
+				y.srv.Close() // run A crashes, apart
+				synctest.Wait()
+				b := startFakeNode(t, n, "node1", nil) // run B, apart: fakeNet keeps node1's split view
+				synctest.Wait()
+				setAt(t, n, b, key, "new2")
+
+				// Neither B's fence nor B's answer reaches node0 yet.
+				n.hang(x.peer())
+				n.hang(b.peer())
+				if fenceFirst {
+					xc.onFence(fenceA) // node0's gossip has no node1
+					synctest.Wait()
+				}
+				n.setView("node0") // node0's gossip has B
+				synctest.Wait()
+				if !fenceFirst {
+					xc.onFence(fenceA)
+					synctest.Wait()
+				}
+				v := xc.view.Load()
+				t.Logf("node0's view: node1's run %q (A %q, B %q), held %v, merge_drops %d", v.boots["node1"], y.srv.cl.boot, b.srv.cl.boot,
+					v.holding(), x.srv.counters[ctrMergeDrops].Load())
+				c := dialPipe(t, n, x.client())
+				if v, hit := rawGetValue(t, c, key); hit && v == "old" {
+					t.Errorf("node0 serves %q on run A's word, overwritten by run B while apart", v)
+				}
+
+				n.resume(x.peer())
+				n.resume(b.peer())
+				n.heal()
+				synctest.Wait()
+				settle(t, []*fakeNode{x, b})
+				checkNoOld(t, n, []*fakeNode{x, b}, key, "after the heal")
+			})
+		})
+	}
+}
+
+// A late fence after an ordinary restart costs nothing. node1 crashes (run
+// A) and restarts (run B) with no partition; a fence A sent before it
+// crashed lands after node0 has B. A is told it is dead, and node0 keeps B
+// in its view, B's word, and what it holds (a drop here, tried on
+// 2026-12-06 against TestLateFenceOfAReplacedRun, emptied node0's cache).
+func TestLateFenceAfterARestartDropsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, nil)
+		x, y := nodes[0], nodes[1]
+		xc := x.srv.cl
+		fenceA, err := json.Marshal(fenceMsg{ID: "node1", Meta: y.srv.cl.selfMeta()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		y.srv.Close() // run A crashes
+		synctest.Wait()
+		b := startFakeNode(t, n, "node1", nil) // run B
+		synctest.Wait()
+		settle(t, []*fakeNode{x, b})
+		keys := ownedBy(x, "node0", "kept", 5)
+		for _, k := range keys {
+			setAt(t, n, x, k, "v")
+		}
+
+		var reply fenceReply
+		if err := json.Unmarshal(xc.onFence(fenceA), &reply); err != nil || !reply.Dead {
+			t.Errorf("A's late fence: reply %+v (%v), want Dead", reply, err)
+		}
+		synctest.Wait()
+		xc.mu.Lock()
+		heard := xc.heard["node1"]
+		xc.mu.Unlock()
+		if v := xc.view.Load(); v.boots["node1"] != b.srv.cl.boot || v.holding() || heard != b.srv.cl.boot {
+			t.Errorf("node0's view: node1's run %q, held %v, heard %q; want B %q, not held, heard", v.boots["node1"], v.holding(), heard, b.srv.cl.boot)
+		}
+		if got := x.srv.counters[ctrMergeDrops].Load(); got != 0 {
+			t.Errorf("node0 dropped what it held %d times on A's late fence", got)
+		}
+		c := dialPipe(t, n, x.client())
+		for _, k := range keys {
+			if v, hit := rawGetValue(t, c, k); !hit || v != "v" {
+				t.Errorf("node0 lost %s after A's late fence (hit %v, %q)", k, hit, v)
+			}
+		}
+	})
+}
+
+// A late answer of a replaced run is no word to keep. node1 restarts (A,
+// then B) and node0 has B's word. An answer A gave before it crashed lands
+// only now. Recorded as node1's word, it made node0's next view (node2
+// joins) wait for B's word anew and, B's peer port being out of reach for
+// a moment, drop every item it held (found by review).
+func TestLateAnswerOfAReplacedRunKeepsTheWordIn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, nodes := startFakeCluster(t, 2, nil)
+		x, y := nodes[0], nodes[1]
+		xc := x.srv.cl
+		answerA := fenceReply{Members: map[string]peers.Meta{"node1": y.srv.cl.selfMeta()}}
+		y.srv.Close() // run A crashes
+		synctest.Wait()
+		b := startFakeNode(t, n, "node1", nil) // run B
+		synctest.Wait()
+		settle(t, []*fakeNode{x, b})
+		key := ownedBy(x, "node0", "kept", 1)[0]
+		setAt(t, n, x, key, "v")
+
+		xc.answered("node1", answerA, "", 0) // A's answer, late
+		n.hang(b.peer())
+		startFakeNode(t, n, "node2", nil)
+		synctest.Wait()
+		time.Sleep(2*xc.cfg.PeerTimeout + time.Second)
+		synctest.Wait()
+		if got := x.srv.counters[ctrMergeDrops].Load(); got != 0 {
+			t.Errorf("node0 dropped what it held %d times: it waited anew for node1's word after A's late answer", got)
+		}
+		n.resume(b.peer())
 		synctest.Wait()
 	})
 }

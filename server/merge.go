@@ -88,22 +88,39 @@ func (cl *cluster) hearLocked(id, boot string, dead, apart bool) {
 		cl.srv.counters[ctrMergeDrops].Add(1)
 		cl.dropAll()
 	}
+	if cl.supersededLocked(id, boot) {
+		// A run a newer one of the member has replaced: a late answer or
+		// fence. Its drops count, not its word: recorded, it would stand
+		// for the newer run's, which a later view would then wait for
+		// anew.
+		return
+	}
 	cl.heard[id] = boot
 	delete(cl.wordDue, id)
 	cl.view.Load().hear(id, boot)
 }
 
+// supersededLocked reports whether member id's run boot has been replaced
+// by a newer run (newerRun) that gossip has or this node's view has.
+// mu held.
+func (cl *cluster) supersededLocked(id, boot string) bool {
+	if m, ok := cl.peers.Meta(id); ok && cl.gossip.Has(id) && newerRun(m.Boot, boot) {
+		return true
+	}
+	return newerRun(cl.view.Load().boots[id], boot)
+}
+
 // answeredLocked records that member id's run boot answered a fence this
 // node sent at install count sent, which told it dead ("" for nothing):
 // it has this node's word, so the two are together again unless a view
-// without it came since; and it was told, unless it went since and this
+// without it came since or a newer run replaced it; and it was told, unless it went since and this
 // is a late answer from before its latest return (found by review: the
 // same run's next return lost its Dead). mu held.
 func (cl *cluster) answeredLocked(id, boot, dead string, sent uint64) {
 	if cl.lackedAt[id] >= sent {
 		return
 	}
-	if cl.view.Load().ring.Has(id) {
+	if cl.view.Load().ring.Has(id) && !cl.supersededLocked(id, boot) {
 		cl.together[id] = boot
 	}
 	if dead != "" && cl.returning[id] == dead {

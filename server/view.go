@@ -223,9 +223,11 @@ func (cl *cluster) effectiveLocked(now time.Time) ([]ring.Node, map[string]peers
 				cl.log.Warn("member's name hashes to this node's CAS unique bits; rename one", "member", n.ID)
 			}
 			gossipBoot[n.ID] = m.Boot
-			if f, ok := cl.fenced[n.ID]; ok && f.meta.Boot != m.Boot && now.Sub(f.at) <= cl.cfg.FenceTTL {
+			if f, ok := cl.fenced[n.ID]; ok && f.meta.Boot != m.Boot && !newerRun(m.Boot, f.meta.Boot) && now.Sub(f.at) <= cl.cfg.FenceTTL {
 				// The member restarted and told this node so before
-				// gossip did: its own word has its new address.
+				// gossip did: its own word has its new address. Not
+				// when gossip's run is the newer: the fence is of a run
+				// that newer one replaced, taken before gossip had it.
 				m = f.meta
 			}
 			metas[n.ID] = m
