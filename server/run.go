@@ -15,12 +15,15 @@ import (
 // kernel still delivering what it had queued, after a partition healed),
 // and the older run's word must not stand for the newer's.
 //
-// The order is only as good as the clocks of the member's hosts: a run
-// started on a host whose clock is behind another's by more than the time
-// between the two runs is taken for the older. Then a node keeps the run
-// gossip has over the newer run's fence until gossip catches up, and its
-// view waits for the word of a run that will not answer (two peer
-// timeouts, then it drops what it holds): a cost, not a stale read.
+// The order is only as good as the clocks of the member's hosts. A run
+// started on a host whose clock is behind its predecessor's by more than
+// the time between the two starts is taken for the older (found by
+// review): the predecessor's late fence then stands in a node's view for
+// it again, as before runs were ordered, and may make the node serve what
+// it overwrote apart; and while a node's gossip still has the predecessor,
+// each of the new run's fences is answered Dead, and it drops what it
+// holds, until gossip catches up. Runs of one member on one host, or on
+// hosts whose clocks agree to within a restart, are ordered right.
 func newBoot(now time.Time) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixNano()))
