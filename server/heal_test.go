@@ -1591,6 +1591,17 @@ func TestHoldEndsWhenAnotherRunAnswers(t *testing.T) {
 	})
 }
 
+// fenceOf is a fence of nd's current run, as it would send one: kept by a
+// test to deliver late, once that run has crashed.
+func fenceOf(t *testing.T, nd *fakeNode) []byte {
+	t.Helper()
+	b, err := json.Marshal(fenceMsg{ID: nd.srv.cl.id, Meta: nd.srv.cl.selfMeta()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // A late fence of a run that a restart replaced, apart. node0 and node1
 // (run A) are split; node1 owns node0's key on its side and acks "new"
 // over node0's "old"; A crashes and node1 comes back as run B, still
@@ -1612,10 +1623,7 @@ func TestLateFenceOfAReplacedRun(t *testing.T) {
 				n, nodes := startFakeCluster(t, 2, nil)
 				x, y := nodes[0], nodes[1]
 				xc := x.srv.cl
-				fenceA, err := json.Marshal(fenceMsg{ID: "node1", Meta: y.srv.cl.selfMeta()})
-				if err != nil {
-					t.Fatal(err)
-				}
+				fenceA := fenceOf(t, y)
 				key := splitAndOverwrite(t, n, nodes)
 				y.srv.Close() // run A crashes, apart
 				synctest.Wait()
@@ -1665,10 +1673,7 @@ func TestLateFenceAfterARestartDropsNothing(t *testing.T) {
 		n, nodes := startFakeCluster(t, 2, nil)
 		x, y := nodes[0], nodes[1]
 		xc := x.srv.cl
-		fenceA, err := json.Marshal(fenceMsg{ID: "node1", Meta: y.srv.cl.selfMeta()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		fenceA := fenceOf(t, y)
 		y.srv.Close() // run A crashes
 		synctest.Wait()
 		b := startFakeNode(t, n, "node1", nil) // run B
