@@ -113,9 +113,10 @@ func (cl *cluster) supersededLocked(id, boot string) bool {
 // answeredLocked records that member id's run boot answered a fence this
 // node sent at install count sent, which told it dead ("" for nothing):
 // it has this node's word, so the two are together again unless a view
-// without it came since or a newer run replaced it; and it was told, unless it went since and this
-// is a late answer from before its latest return (found by review: the
-// same run's next return lost its Dead). mu held.
+// without it came since or a newer run replaced it; and it was told,
+// unless it went since and this is a late answer from before its latest
+// return (found by review: the same run's next return lost its Dead).
+// mu held.
 func (cl *cluster) answeredLocked(id, boot, dead string, sent uint64) {
 	if cl.lackedAt[id] >= sent {
 		return
