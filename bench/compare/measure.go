@@ -63,6 +63,12 @@ func (l load) args(entry []string) []string {
 		"--ratio", l.ratio(), "--value-size", "100"}
 }
 
+// withMix is l with the get:set mix (--ratio) mix.
+func (l load) withMix(mix string) load {
+	l.mix = mix
+	return l
+}
+
 // ratio is the load's get:set mix as spillway bench takes it.
 func (l load) ratio() string {
 	if l.mix != "" {
