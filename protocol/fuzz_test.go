@@ -145,8 +145,9 @@ func digest(req *Request, err error) string {
 
 // FuzzReadReply reads a stream of replies to its end and checks that what
 // was read, written out again, is exactly the bytes consumed; that every
-// value is the size its line announced and within MaxValue; and that bytes
-// trickling in one at a time read the same.
+// value is the size its line announced and within MaxValue, and a larger
+// one is skipped whole, the stream reading on; and that bytes trickling in
+// one at a time read the same.
 func FuzzReadReply(f *testing.F) {
 	for _, tc := range replyCases {
 		f.Add([]byte(tc.wire))
@@ -163,6 +164,9 @@ func FuzzReadReply(f *testing.F) {
 	f.Add(out.Bytes())
 
 	const maxValue = 1024
+	// Over maxValue: skipped, and the replies after it read.
+	big := strings.Repeat("v", maxValue+1)
+	f.Add([]byte("VA 1025 t\r\n" + big + "\r\nHD\r\nVALUE k 0 1025\r\n" + big + "\r\nEND\r\n"))
 	src, br := new(bytes.Reader), bufio.NewReaderSize(nil, 256)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		src.Reset(in)
@@ -187,6 +191,21 @@ func fuzzReplies(t *testing.T, br *bufio.Reader, src *bytes.Reader, in []byte, m
 			t.Fatalf("%d reads from %d bytes", reads, len(in))
 		}
 		line, value, err := rr.Read(br)
+		if errors.Is(err, ErrValueTooLarge) {
+			// Skipped, and the stream reads on: what was consumed is the
+			// line and its whole block, which only in has.
+			n, _ := valueSize(line)
+			start := len(again) + len(line) + 2
+			if n <= maxValue || start+n+2 > len(in) || string(in[start+n:start+n+2]) != "\r\n" {
+				t.Fatalf("line %q skipped as too large (max %d) from %d bytes", line, maxValue, len(in))
+			}
+			again = append(append(again, line...), "\r\n"...)
+			again = append(again, in[start:start+n+2]...)
+			if src != nil && !bytes.Equal(again, in[:len(in)-src.Len()-br.Buffered()]) {
+				t.Fatalf("skipped to %d, consumed %d", len(again), len(in)-src.Len()-br.Buffered())
+			}
+			continue
+		}
 		if err != nil {
 			if !errors.Is(err, ErrBadReply) && err != io.EOF && err != io.ErrUnexpectedEOF {
 				t.Fatalf("unexpected error %v", err)
