@@ -167,14 +167,7 @@ func (cl *cluster) settle(v *view) {
 					cl.srv.lostInvalidation("fence", id, err)
 					return
 				}
-				t := time.NewTimer(50 * time.Millisecond)
-				select {
-				case <-cl.stop:
-					t.Stop()
-					return
-				case <-t.C:
-				}
-				if cl.view.Load() != v {
+				if !cl.pause(50*time.Millisecond) || cl.view.Load() != v {
 					return
 				}
 			}
@@ -313,15 +306,21 @@ func (cl *cluster) renewFences() {
 // awaitWordDue gives up on member id's word in v at wordBy (noWord), unless
 // v is replaced or the node stops first.
 func (cl *cluster) awaitWordDue(v *view, id string, wordBy time.Time) {
-	t := time.NewTimer(wordBy.Sub(cl.srv.cfg.Now()))
+	if cl.pause(wordBy.Sub(cl.srv.cfg.Now())) && cl.view.Load() == v {
+		cl.noWord(v, id, errors.New("answered by another run of the member"))
+	}
+}
+
+// pause waits for d, or less if the node stops first, and reports whether
+// it is still running.
+func (cl *cluster) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-cl.stop:
-		return
+		return false
 	case <-t.C:
-	}
-	if cl.view.Load() == v {
-		cl.noWord(v, id, errors.New("answered by another run of the member"))
+		return true
 	}
 }
 
