@@ -124,6 +124,7 @@ func printReport(w io.Writer, res results, done []scenario, took time.Duration) 
 	opsPerSec := func(s sample) float64 { return s.opsPerSec }
 	busiest := func(s sample) float64 { return s.busiest }
 	num := func(x float64) string { return commas(x) }
+	twoPlaces := func(x float64) string { return fmt.Sprintf("%.2f", x) }
 	mc := fmt.Sprintf("%s `-t %d`", mcVersion, singleThreads())
 
 	row(fmt.Sprintf("1 node, %d conns, pipeline %d, Zipf %g, 9:1, 100 B — ops per server CPU-second",
@@ -147,15 +148,15 @@ func printReport(w io.Writer, res results, done []scenario, took time.Duration) 
 	}
 	row(fmt.Sprintf("%d nodes, spread entry, pipeline %d, Zipf %g, %dk keys — ops per CPU-second of the whole setup",
 		clusterSize, clusterLoad.pipeline, clusterLoad.zipf, clusterLoad.keys/1000), "cluster", "twemproxy + 3 memcached", opsPerCPU, num, true)
-	row("same — busiest node / mean", "cluster", "twemproxy", busiest, func(x float64) string { return fmt.Sprintf("%.2f", x) }, false)
+	row("same — busiest node / mean", "cluster", "twemproxy", busiest, twoPlaces, false)
 	row("same, gets only — ops per CPU-second of the whole setup", "cluster-reads", "twemproxy + 3 memcached", opsPerCPU, num, true)
-	row("same, gets only — busiest node / mean", "cluster-reads", "twemproxy", busiest, func(x float64) string { return fmt.Sprintf("%.2f", x) }, false)
+	row("same, gets only — busiest node / mean", "cluster-reads", "twemproxy", busiest, twoPlaces, false)
 	for _, m := range []struct {
 		name string
 		l    load
 	}{{"cluster-19to1", clusterFewSets}, {"cluster-4to1", clusterManySets}} {
 		row("same, "+m.l.ratio()+" — ops per CPU-second of the whole setup", m.name, "twemproxy + 3 memcached", opsPerCPU, num, true)
-		row("same, "+m.l.ratio()+" — busiest node / mean", m.name, "twemproxy", busiest, func(x float64) string { return fmt.Sprintf("%.2f", x) }, false)
+		row("same, "+m.l.ratio()+" — busiest node / mean", m.name, "twemproxy", busiest, twoPlaces, false)
 	}
 	if len(rows) > 0 {
 		fmt.Fprintf(w, "### Load: spillway bench (closed loop, 9:1 get:set unless said, 100-byte values, prefilled)\n\n")
