@@ -694,9 +694,7 @@ func TestMergeLateAnswerIsNoWordForReturn(t *testing.T) {
 		}
 		gate.thaw()
 		synctest.Wait()
-		nodes[0].srv.cl.mu.Lock()
-		heard := nodes[0].srv.cl.heard["node1"]
-		nodes[0].srv.cl.mu.Unlock()
+		heard := heardRun(nodes[0], "node1")
 		t.Logf("node0 heard[node1] = %q while node1 is out of its view; declared_dead %d merge_drops %d", heard,
 			nodes[0].srv.counters[ctrDeclaredDead].Load(), nodes[0].srv.counters[ctrMergeDrops].Load())
 
@@ -1598,9 +1596,7 @@ func TestHoldEndsWhenAnotherRunAnswers(t *testing.T) {
 		close(gate)                        // node0's fence, retried, reaches C, which answers
 		time.Sleep(100 * time.Millisecond) // one retry; B's time is not up (2 peer timeouts from its entry)
 		synctest.Wait()
-		xc.mu.Lock()
-		heard := xc.heard["node1"]
-		xc.mu.Unlock()
+		heard := heardRun(x, "node1")
 		if heard != c.srv.cl.boot {
 			t.Fatalf("node0 heard node1's run %q, want C %q: C's answer did not come", heard, c.srv.cl.boot)
 		}
@@ -1615,6 +1611,13 @@ func TestHoldEndsWhenAnotherRunAnswers(t *testing.T) {
 		lg.thaw()
 		synctest.Wait()
 	})
+}
+
+// heardRun is the run of member id whose word nd has (cluster.heard).
+func heardRun(nd *fakeNode, id string) string {
+	nd.srv.cl.mu.Lock()
+	defer nd.srv.cl.mu.Unlock()
+	return nd.srv.cl.heard[id]
 }
 
 // fenceOf is a fence of nd's current run, as it would send one: kept by a
@@ -1715,9 +1718,7 @@ func TestLateFenceAfterARestartDropsNothing(t *testing.T) {
 			t.Errorf("A's late fence: reply %+v (%v), want Dead", reply, err)
 		}
 		synctest.Wait()
-		xc.mu.Lock()
-		heard := xc.heard["node1"]
-		xc.mu.Unlock()
+		heard := heardRun(x, "node1")
 		if v := xc.view.Load(); v.boots["node1"] != b.srv.cl.boot || v.holding() || heard != b.srv.cl.boot {
 			t.Errorf("node0's view: node1's run %q, held %v, heard %q; want B %q, not held, heard", v.boots["node1"], v.holding(), heard, b.srv.cl.boot)
 		}
